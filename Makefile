@@ -1,0 +1,72 @@
+# gpupool build.  `make` builds build/gpupool; `make test` installs dependencies,
+# builds with ASan+UBSan into build-asan/ and runs every unit and end-to-end test;
+# `make run` installs, builds and starts a local pool.
+CC      ?= cc
+PKGS    := libmicrohttpd libcurl jansson sqlite3 libpcre2-8 libcrypto
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+WARN    := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter
+BASEFLAGS := -std=c17 -D_GNU_SOURCE $(WARN) -Isrc $(PKG_CFLAGS) -pthread
+CFLAGS  ?= -O2 -g
+LDLIBS  := $(PKG_LIBS) -ldl -lm -pthread
+
+SRC      := $(sort $(shell find src -name '*.c' ! -path 'src/main.c'))
+UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
+E2E_SRC  := $(sort $(wildcard tests/e2e/test_*.c))
+E2E_LIB  := tests/e2e/harness.c
+
+B ?= build
+OBJ      := $(SRC:%.c=$(B)/obj/%.o)
+UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
+E2E_BIN  := $(E2E_SRC:tests/e2e/%.c=$(B)/e2e/%)
+
+.PHONY: all deps test run clean unit e2e asan fmt check-clang bench
+all: $(B)/gpupool
+
+deps:
+	@scripts/deps.sh
+
+$(B)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(BASEFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(B)/libgpupool.a: $(OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(B)/gpupool: $(B)/obj/src/main.o $(B)/libgpupool.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+$(B)/tests/%: tests/unit/%.c $(B)/libgpupool.a
+	@mkdir -p $(dir $@)
+	$(CC) $(BASEFLAGS) $(CFLAGS) -Itests -o $@ $< $(B)/libgpupool.a $(LDLIBS) -lcmocka
+
+$(B)/e2e/%: tests/e2e/%.c $(E2E_LIB) tests/e2e/harness.h $(B)/libgpupool.a
+	@mkdir -p $(dir $@)
+	$(CC) $(BASEFLAGS) $(CFLAGS) -Itests -o $@ $< $(E2E_LIB) $(B)/libgpupool.a $(LDLIBS) -lcmocka
+
+unit: $(UNIT_BIN)
+e2e: $(E2E_BIN)
+
+SAN := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+asan:
+	$(MAKE) B=build-asan CFLAGS="$(SAN)" build-asan/gpupool unit e2e
+
+test: deps
+	$(MAKE) asan
+	scripts/run-tests.sh build-asan
+
+run: deps all
+	scripts/run-local.sh
+
+bench: all
+	bench/gateway.sh
+
+# The same code must stay clean under clang too.
+check-clang:
+	$(MAKE) B=build-clang CC=clang build-clang/gpupool unit e2e
+
+clean:
+	rm -rf build build-asan build-clang
+
+-include $(shell find $(B) -name '*.d' 2>/dev/null)

@@ -1,0 +1,4 @@
+/* cmd/serve: placeholder until the subcommand lands. */
+#include <stdio.h>
+#include "cmd/cmd.h"
+int cmd_serve(int argc, char **argv) { (void)argc; (void)argv; fprintf(stderr, "gpupool: not built yet\n"); return 2; }

@@ -1,0 +1,241 @@
+/* http/relay: see relay.h. */
+#include "http/relay.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/buf.h"
+#include "util/clock.h"
+
+#define RELAY_HIGH_WATER (256 * 1024)
+
+struct relay {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int refs;
+    /* the call, with owned copies of its strings */
+    http_call_opts opts;
+    char *url, *body, *bearer, *method, *ctype_in;
+    char **headers;
+    /* progress */
+    buf data;
+    int head, ended, reader_gone, error_sent;
+    long status;
+    char ctype[128];
+    relay_outcome out;
+    int64_t t0;
+    relay_finish_fn fin;
+    void *fin_ctx;
+};
+
+static void relay_unref(relay *r)
+{
+    pthread_mutex_lock(&r->mu);
+    int left = --r->refs;
+    pthread_mutex_unlock(&r->mu);
+    if (left) return;
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
+    buf_free(&r->data);
+    free(r->url); free(r->body); free(r->bearer); free(r->method); free(r->ctype_in);
+    for (char **h = r->headers; h && *h; h++) free(*h);
+    free(r->headers);
+    free(r);
+}
+
+static int up_status(void *ctx, long status, const char *ctype)
+{
+    relay *r = ctx;
+    pthread_mutex_lock(&r->mu);
+    r->head = 1;
+    r->status = status;
+    snprintf(r->ctype, sizeof r->ctype, "%s", ctype);
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    return 0;
+}
+
+static int up_data(void *ctx, const char *p, size_t n)
+{
+    relay *r = ctx;
+    pthread_mutex_lock(&r->mu);
+    if (!r->out.bytes) r->out.first_byte_us = mono_us() - r->t0;
+    while (r->data.len > RELAY_HIGH_WATER && !r->reader_gone) pthread_cond_wait(&r->cv, &r->mu);
+    int gone = r->reader_gone;
+    if (!gone) {
+        buf_append(&r->data, p, n);
+        r->out.bytes += n;
+        pthread_cond_broadcast(&r->cv);
+    }
+    pthread_mutex_unlock(&r->mu);
+    return gone;
+}
+
+static int up_cancelled(void *ctx)
+{
+    relay *r = ctx;
+    pthread_mutex_lock(&r->mu);
+    int gone = r->reader_gone;
+    pthread_mutex_unlock(&r->mu);
+    return gone;
+}
+
+static void *upstream_thread(void *arg)
+{
+    relay *r = arg;
+    http_stream_cbs cb = {up_status, up_data, up_cancelled, r};
+    http_result res;
+    int rc = http_call_stream(&r->opts, &cb, &res);
+    pthread_mutex_lock(&r->mu);
+    r->ended = 1;
+    r->out.status = res.status;
+    r->out.total_us = mono_us() - r->t0;
+    if (rc != 0) {
+        if (r->reader_gone) r->out.client_gone = 1;
+        else r->out.upstream_failed = 1;
+        snprintf(r->out.error, sizeof r->out.error, "%s", res.error);
+    } else if (r->reader_gone) {
+        r->out.client_gone = 1;
+    }
+    if (!r->head) r->status = res.status;
+    pthread_cond_broadcast(&r->cv);
+    relay_outcome o = r->out;
+    pthread_mutex_unlock(&r->mu);
+    http_result_free(&res);
+    if (r->fin) r->fin(r->fin_ctx, &o);
+    relay_unref(r);
+    return NULL;
+}
+
+static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
+
+relay *relay_start(const http_call_opts *o, relay_finish_fn fin, void *fin_ctx)
+{
+    relay *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    r->refs = 2;
+    r->opts = *o;
+    r->url = dup_or_null(o->url);
+    r->bearer = dup_or_null(o->bearer);
+    r->method = dup_or_null(o->method);
+    r->ctype_in = dup_or_null(o->content_type);
+    if (o->body) {
+        r->body = malloc(o->body_len + 1);
+        memcpy(r->body, o->body, o->body_len);
+        r->body[o->body_len] = 0;
+    }
+    size_t nh = 0;
+    while (o->headers && o->headers[nh]) nh++;
+    r->headers = calloc(nh + 1, sizeof *r->headers);
+    for (size_t i = 0; i < nh; i++) r->headers[i] = strdup(o->headers[i]);
+    r->opts.url = r->url;
+    r->opts.body = r->body;
+    r->opts.bearer = r->bearer;
+    r->opts.method = r->method;
+    r->opts.content_type = r->ctype_in;
+    r->opts.headers = (const char *const *)r->headers;
+    r->fin = fin;
+    r->fin_ctx = fin_ctx;
+    r->t0 = mono_us();
+    pthread_t t;
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&t, &a, upstream_thread, r)) {
+        pthread_attr_destroy(&a);
+        r->refs = 1;
+        relay_unref(r);
+        return NULL;
+    }
+    pthread_attr_destroy(&a);
+    return r;
+}
+
+long relay_wait(relay *r, int want_body)
+{
+    pthread_mutex_lock(&r->mu);
+    while (!r->ended && !(r->head && (!want_body || r->data.len))) pthread_cond_wait(&r->cv, &r->mu);
+    long st = r->head ? r->status : 0;
+    /* A call that broke before any body byte counts as no answer. */
+    if (want_body && r->ended && r->out.upstream_failed && !r->data.len) st = 0;
+    pthread_mutex_unlock(&r->mu);
+    return st;
+}
+
+const char *relay_error(relay *r) { return r->out.error; }
+const char *relay_content_type(relay *r) { return r->ctype; }
+
+static void mark_gone(relay *r)
+{
+    pthread_mutex_lock(&r->mu);
+    r->reader_gone = 1;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static ssize_t client_read(void *ctx, char *out, size_t max)
+{
+    relay *r = ctx;
+    pthread_mutex_lock(&r->mu);
+    while (!r->data.len && !r->ended) pthread_cond_wait(&r->cv, &r->mu);
+    ssize_t n = 0;
+    if (r->data.len) {
+        n = (ssize_t)(r->data.len < max ? r->data.len : max);
+        memcpy(out, r->data.data, (size_t)n);
+        buf_consume(&r->data, (size_t)n);
+        pthread_cond_broadcast(&r->cv);
+    } else if (r->out.upstream_failed && !r->error_sent && strstr(r->ctype, "text/event-stream")) {
+        /* Tell the client the stream broke, in a shape OpenAI clients parse. */
+        r->error_sent = 1;
+        char ev[512];
+        snprintf(ev, sizeof ev,
+                 "data: {\"error\":{\"message\":\"the node serving this stream failed mid-response: %s\","
+                 "\"type\":\"server_error\",\"code\":\"upstream_interrupted\"}}\n\n",
+                 r->out.error[0] ? r->out.error : "connection lost");
+        size_t l = strlen(ev);
+        if (l > max) l = max;
+        memcpy(out, ev, l);
+        n = (ssize_t)l;
+    } else if (r->out.upstream_failed && !strstr(r->ctype, "text/event-stream")) {
+        n = -1;
+    }
+    pthread_mutex_unlock(&r->mu);
+    return n;
+}
+
+static void client_done(void *ctx)
+{
+    relay *r = ctx;
+    mark_gone(r);
+    relay_unref(r);
+}
+
+void relay_to_client(relay *r, http_req *client, int status)
+{
+    const char *ct = r->ctype[0] ? r->ctype : "application/octet-stream";
+    http_respond_stream(client, status, ct, client_read, client_done, r);
+}
+
+char *relay_collect(relay *r, size_t max, size_t *len)
+{
+    pthread_mutex_lock(&r->mu);
+    while (!r->ended && r->data.len < max) pthread_cond_wait(&r->cv, &r->mu);
+    size_t n = r->data.len < max ? r->data.len : max;
+    char *p = malloc(n + 1);
+    if (p) { memcpy(p, r->data.data ? r->data.data : "", n); p[n] = 0; }
+    *len = p ? n : 0;
+    pthread_mutex_unlock(&r->mu);
+    mark_gone(r);
+    relay_unref(r);
+    return p;
+}
+
+void relay_abandon(relay *r)
+{
+    mark_gone(r);
+    relay_unref(r);
+}

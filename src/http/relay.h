@@ -1,0 +1,49 @@
+/* http/relay: forwards one upstream HTTP call to one waiting client, byte by
+ * byte as it arrives, never buffering a whole response.
+ *
+ * The upstream call runs on its own thread and writes into a small bounded
+ * buffer; the client connection's thread reads from it.  If the client goes
+ * away the upstream call is cancelled; if the upstream breaks after an SSE
+ * stream has started, the client gets a final OpenAI-shaped error event
+ * instead of a silent cut. */
+#ifndef GPUPOOL_HTTP_RELAY_H
+#define GPUPOOL_HTTP_RELAY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "http/client.h"
+#include "http/server.h"
+
+typedef struct relay relay;
+
+typedef struct relay_outcome {
+    long status;          /* upstream HTTP status, 0 if none arrived */
+    int upstream_failed;  /* transport error or cut before the end */
+    int client_gone;      /* the client left before the end */
+    size_t bytes;         /* body bytes relayed */
+    int64_t first_byte_us, total_us;
+    char error[256];
+} relay_outcome;
+
+/* Runs once, on the upstream thread, when the upstream call has ended. */
+typedef void (*relay_finish_fn)(void *ctx, const relay_outcome *o);
+
+/* Starts the call.  Strings in `o` are copied. */
+relay *relay_start(const http_call_opts *o, relay_finish_fn fin, void *fin_ctx);
+
+/* Blocks until the upstream answered (head, and with want_body the first body
+ * bytes too) or failed.  Returns the HTTP status, or 0 on failure. */
+long relay_wait(relay *r, int want_body);
+const char *relay_error(relay *r);
+const char *relay_content_type(relay *r);
+
+/* Hands the stream to the client with the given status; the relay is then
+ * owned by the client connection. */
+void relay_to_client(relay *r, http_req *client, int status);
+/* Reads the rest of the body (bounded by max) and gives up the relay. */
+char *relay_collect(relay *r, size_t max, size_t *len);
+/* Cancels the upstream call and gives up the relay. */
+void relay_abandon(relay *r);
+
+#endif
