@@ -10,7 +10,7 @@ BASEFLAGS := -std=c17 -D_GNU_SOURCE $(WARN) -Isrc $(PKG_CFLAGS) -pthread
 CFLAGS  ?= -O2 -g
 LDLIBS  := $(PKG_LIBS) -ldl -lm -pthread
 
-SRC      := $(sort $(shell find src -name '*.c' ! -path 'src/main.c'))
+SRC      := $(filter-out $(EXCLUDE),$(sort $(shell find src -name '*.c' ! -path 'src/main.c')))
 UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
 E2E_SRC  := $(sort $(wildcard tests/e2e/test_*.c))
 E2E_LIB  := tests/e2e/harness.c

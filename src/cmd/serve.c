@@ -1,4 +1,247 @@
-/* cmd/serve: placeholder until the subcommand lands. */
+/* cmd/serve: `gpupool serve`, the coordinator.  Parses options, opens the
+ * store, recovers tasks a crash left running, and runs the HTTP gateway, the
+ * dispatcher and the heartbeat sweeper until SIGINT/SIGTERM. */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "api/coord.h"
 #include "cmd/cmd.h"
-int cmd_serve(int argc, char **argv) { (void)argc; (void)argv; fprintf(stderr, "gpupool: not built yet\n"); return 2; }
+#include "http/client.h"
+#include "util/clock.h"
+#include "util/ids.h"
+#include "util/log.h"
+#include "util/opts.h"
+
+typedef struct serve_opts {
+    const char *listen, *data, *join_token, *join_token_file, *keys_file, *port_file;
+    size_t max_body;
+    long heartbeat_ms, missed, token_ttl_s;
+    long task_timeout_ms;
+    coord_cfg cc;
+    cidr_list allow;
+} serve_opts;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: gpupool serve [options]\n"
+            "  --listen HOST:PORT        where to serve (default 127.0.0.1:8420)\n"
+            "  --data DIR                store directory (default ./gpupool-data)\n"
+            "  --join-token TOKEN        pool join token (or GPUPOOL_JOIN_TOKEN; default: generated\n"
+            "                            once and kept in DIR/join-token)\n"
+            "  --join-token-file FILE    read the join token from FILE\n"
+            "  --api-key KEY             a client API key (repeatable; or GPUPOOL_API_KEYS=k1,k2)\n"
+            "  --api-keys-file FILE      client API keys, one per line\n"
+            "  --allow-cidr RANGE        worker addresses allowed (repeatable; default any)\n"
+            "  --max-body SIZE           largest request body (default 8M)\n"
+            "  --queue-max N             requests that may wait for a slot (default 256)\n"
+            "  --queue-timeout-ms N      how long a request waits for a slot (default 60000)\n"
+            "  --upstream-timeout-ms N   longest wait for a node's answer (default 600000)\n"
+            "  --heartbeat-ms N          worker heartbeat interval (default 2000)\n"
+            "  --missed-heartbeats N     offline after this many missed beats (default 3)\n"
+            "  --token-ttl-s N           node token lifetime (default 600)\n"
+            "  --max-attempts N          nodes tried per request or task (default 3)\n"
+            "  --task-timeout-ms N       longest run of one task attempt (default 600000)\n"
+            "  --port-file FILE          write the bound port here once listening\n"
+            "  --config FILE             read options from FILE (key = value lines)\n");
+}
+
+static int add_key(serve_opts *o, const char *k)
+{
+    if (!*k) return 0;
+    if (o->cc.nkeys >= COORD_MAX_KEYS) return -1;
+    o->cc.api_keys[o->cc.nkeys++] = strdup(k);
+    return 0;
+}
+
+static int load_keys_file(serve_opts *o, const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) { fprintf(stderr, "gpupool serve: cannot read %s: %s\n", path, strerror(errno)); return -1; }
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        char *s = line;
+        while (*s == ' ' || *s == '\t') s++;
+        s[strcspn(s, " \t\r\n#")] = 0;
+        if (*s && add_key(o, s)) { fclose(f); fprintf(stderr, "gpupool serve: too many API keys\n"); return -1; }
+    }
+    fclose(f);
+    return 0;
+}
+
+static int parse(int argc, char **argv, serve_opts *o)
+{
+    static const struct option longopts[] = {
+        {"listen", 1, 0, 'l'}, {"data", 1, 0, 'd'}, {"join-token", 1, 0, 'j'}, {"join-token-file", 1, 0, 'J'},
+        {"api-key", 1, 0, 'k'}, {"api-keys-file", 1, 0, 'K'}, {"allow-cidr", 1, 0, 'a'},
+        {"max-body", 1, 0, 'b'}, {"queue-max", 1, 0, 'q'}, {"queue-timeout-ms", 1, 0, 'Q'},
+        {"upstream-timeout-ms", 1, 0, 'u'}, {"heartbeat-ms", 1, 0, 'h'}, {"missed-heartbeats", 1, 0, 'm'},
+        {"token-ttl-s", 1, 0, 't'}, {"max-attempts", 1, 0, 'A'}, {"task-timeout-ms", 1, 0, 'T'},
+        {"port-file", 1, 0, 'p'}, {"help", 0, 0, 'H'}, {0, 0, 0, 0}};
+    long v;
+    char err[200];
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'l': o->listen = optarg; break;
+        case 'd': o->data = optarg; break;
+        case 'j': o->join_token = optarg; break;
+        case 'J': o->join_token_file = optarg; break;
+        case 'k': if (add_key(o, optarg)) { fprintf(stderr, "gpupool serve: too many API keys\n"); return -1; } break;
+        case 'K': o->keys_file = optarg; break;
+        case 'a':
+            if (cidr_list_add(&o->allow, optarg, err, sizeof err)) { fprintf(stderr, "gpupool serve: %s\n", err); return -1; }
+            break;
+        case 'b': {
+            int64_t s = opts_parse_size(optarg);
+            if (s < 1024) { fprintf(stderr, "gpupool serve: --max-body wants a size of at least 1K, like 8M\n"); return -1; }
+            o->max_body = (size_t)s;
+            break;
+        }
+#define INTOPT(ch, field, lo, hi, name) \
+        case ch: if (opts_parse_int(optarg, lo, hi, &v)) { fprintf(stderr, "gpupool serve: %s wants a number from %ld to %ld\n", name, (long)lo, (long)hi); return -1; } field = v; break;
+        INTOPT('q', o->cc.queue_max, 0, 1000000, "--queue-max")
+        INTOPT('Q', o->cc.queue_timeout_ms, 0, 86400000, "--queue-timeout-ms")
+        INTOPT('u', o->cc.upstream_timeout_ms, 100, 86400000, "--upstream-timeout-ms")
+        INTOPT('h', o->heartbeat_ms, 50, 600000, "--heartbeat-ms")
+        INTOPT('m', o->missed, 1, 100, "--missed-heartbeats")
+        INTOPT('t', o->token_ttl_s, 10, 86400 * 30, "--token-ttl-s")
+        INTOPT('A', o->cc.max_attempts, 1, 8, "--max-attempts")
+        INTOPT('T', o->task_timeout_ms, 100, 86400000, "--task-timeout-ms")
+#undef INTOPT
+        case 'p': o->port_file = optarg; break;
+        case 'H': usage(stdout); exit(0);
+        default: usage(stderr); return -1;
+        }
+    }
+    if (optind < argc) { fprintf(stderr, "gpupool serve: unexpected argument '%s'\n", argv[optind]); return -1; }
+    return 0;
+}
+
+/* The pool's join token: given, from a file, from the environment, or made
+ * once and kept in the data directory so workers on this machine can read it. */
+static char *join_token(serve_opts *o)
+{
+    if (o->join_token) return strdup(o->join_token);
+    if (o->join_token_file) {
+        char *t = read_small_file(o->join_token_file, 256);
+        if (!t || !*t) fprintf(stderr, "gpupool serve: cannot read a join token from %s\n", o->join_token_file);
+        return t;
+    }
+    const char *env = getenv("GPUPOOL_JOIN_TOKEN");
+    if (env && *env) return strdup(env);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/join-token", o->data);
+    char *t = read_small_file(path, 256);
+    if (t && *t) return t;
+    free(t);
+    char fresh[65];
+    rand_hex(fresh, 24);
+    char line[80];
+    snprintf(line, sizeof line, "%s\n", fresh);
+    if (write_file_atomic(path, line)) {
+        fprintf(stderr, "gpupool serve: cannot write %s: %s\n", path, strerror(errno));
+        return NULL;
+    }
+    log_info("generated a join token; workers can read it from %s", path);
+    return strdup(fresh);
+}
+
+int cmd_serve(int argc0, char **argv0)
+{
+    log_set_component("serve");
+    char err[512];
+    int argc;
+    char **argv = opts_expand_config(argc0, argv0, &argc, err, sizeof err);
+    if (!argv) { fprintf(stderr, "gpupool serve: %s\n", err); return 2; }
+    serve_opts o = {.listen = "127.0.0.1:8420", .data = "./gpupool-data", .heartbeat_ms = 2000, .missed = 3,
+                    .token_ttl_s = 600, .task_timeout_ms = 600000,
+                    .cc = {.queue_max = 256, .queue_timeout_ms = 60000, .upstream_timeout_ms = 600000,
+                           .max_attempts = 3}};
+    int rc = 2;
+    char *token = NULL;
+    store *st = NULL;
+    registry *reg = NULL;
+    dispatcher *disp = NULL;
+    http_server *srv = NULL;
+    if (parse(argc, argv, &o)) goto done;
+    if (o.keys_file && load_keys_file(&o, o.keys_file)) goto done;
+    const char *envkeys = getenv("GPUPOOL_API_KEYS");
+    if (envkeys) {
+        char *copy = strdup(envkeys), *save = NULL;
+        for (char *k = strtok_r(copy, ", ", &save); k; k = strtok_r(NULL, ", ", &save)) add_key(&o, k);
+        free(copy);
+    }
+    if (!http_listen_is_loopback(o.listen) && o.cc.nkeys == 0) {
+        fprintf(stderr, "gpupool serve: refusing to listen on %s beyond loopback without client API keys "
+                        "(give --api-key, --api-keys-file or GPUPOOL_API_KEYS)\n", o.listen);
+        goto done;
+    }
+    if (mkdir(o.data, 0700) && errno != EEXIST) {
+        fprintf(stderr, "gpupool serve: cannot create %s: %s\n", o.data, strerror(errno));
+        goto done;
+    }
+    if (!(token = join_token(&o))) goto done;
+
+    /* Signals are taken by sigtimedwait below, so every thread blocks them. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    http_client_global_init();
+
+    st = store_open(o.data, err, sizeof err);
+    if (!st) { fprintf(stderr, "gpupool serve: %s\n", err); goto done; }
+    int back = store_requeue_running(st);
+    if (back > 0) log_info("%d task(s) were running when the coordinator stopped; queued again", back);
+
+    registry_cfg rc_cfg = {.join_token = token, .allow = o.allow, .heartbeat_ms = o.heartbeat_ms,
+                           .missed_beats = (int)o.missed, .token_ttl_ms = o.token_ttl_s * 1000};
+    reg = registry_new(&rc_cfg);
+    dispatch_cfg dc = {.st = st, .reg = reg, .max_attempts = o.cc.max_attempts, .task_timeout_ms = o.task_timeout_ms};
+    disp = dispatcher_start(&dc);
+    if (!reg || !disp) { fprintf(stderr, "gpupool serve: cannot start the scheduler\n"); goto done; }
+    registry_on_change(reg, (void (*)(void *))dispatcher_wake, disp);
+
+    coord c = {.cfg = o.cc, .st = st, .reg = reg, .disp = disp, .started_mono = mono_ms()};
+    http_server_opts ho = {.listen = o.listen, .max_body = o.max_body, .handler = coord_handle, .app = &c};
+    srv = http_server_start(&ho, err, sizeof err);
+    if (!srv) { fprintf(stderr, "gpupool serve: %s\n", err); goto done; }
+    int port = http_server_port(srv);
+    if (o.port_file) {
+        char p[32];
+        snprintf(p, sizeof p, "%d\n", port);
+        write_file_atomic(o.port_file, p);
+    }
+    log_info("coordinator listening on %s (port %d), data in %s, %s", o.listen, port, o.data,
+             o.cc.nkeys ? "client API keys required" : "no client API keys (loopback only)");
+
+    char offline[64][40];
+    for (;;) {
+        struct timespec ts = {0, (long)(o.heartbeat_ms / 2) * 1000000L};
+        if (o.heartbeat_ms / 2 >= 1000) ts = (struct timespec){o.heartbeat_ms / 2000, 0};
+        int sig = sigtimedwait(&sigs, NULL, &ts);
+        if (sig == SIGINT || sig == SIGTERM) { log_info("stopping on signal %d", sig); break; }
+        int n = registry_sweep(reg, mono_ms(), offline, 64);
+        for (int i = 0; i < n && i < 64; i++) dispatcher_node_offline(disp, offline[i]);
+    }
+    rc = 0;
+done:
+    http_server_stop(srv);
+    dispatcher_stop(disp);
+    registry_free(reg);
+    store_close(st);
+    for (int i = 0; i < o.cc.nkeys; i++) free(o.cc.api_keys[i]);
+    free(token);
+    opts_free_argv(argv);
+    if (rc == 0) http_client_global_cleanup();
+    return rc;
+}

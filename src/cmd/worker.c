@@ -1,4 +1,219 @@
-/* cmd/worker: placeholder until the subcommand lands. */
+/* cmd/worker: `gpupool worker`, run on each GPU machine.  Finds the GPUs and
+ * engines, starts the simulator when there is no engine, opens the front door
+ * for dispatched work and keeps the node registered with the coordinator. */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
 #include "cmd/cmd.h"
-int cmd_worker(int argc, char **argv) { (void)argc; (void)argv; fprintf(stderr, "gpupool: not built yet\n"); return 2; }
+#include "http/client.h"
+#include "http/server.h"
+#include "util/log.h"
+#include "util/opts.h"
+#include "worker/agent.h"
+#include "worker/fingerprint.h"
+#include "worker/frontdoor.h"
+
+#define MAX_SPECS 16
+
+typedef struct worker_opts {
+    const char *coordinator, *join_token, *join_token_file, *listen, *advertise, *name, *sim_args, *port_file;
+    const char *engines[MAX_SPECS];
+    int nengines;
+    const char *fakes[MAX_SPECS + 1];
+    int nfakes;
+    long heartbeat_ms, slots;
+} worker_opts;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: gpupool worker [options]\n"
+            "  --coordinator URL       the coordinator (default http://127.0.0.1:8420)\n"
+            "  --join-token TOKEN      the pool's join token (or GPUPOOL_JOIN_TOKEN)\n"
+            "  --join-token-file FILE  read the join token from FILE\n"
+            "  --listen HOST:PORT      where dispatched work arrives (default 127.0.0.1:8421)\n"
+            "  --advertise URL         the address the coordinator should call (default from --listen)\n"
+            "  --name NAME             a name for people (default the host name)\n"
+            "  --engine SPEC           openai=URL | ollama=URL | sim (repeatable; default: look for\n"
+            "                          llama-server, vLLM or Ollama here, else the simulator)\n"
+            "  --slots N               parallel slots of an engine that does not report them (default 4)\n"
+            "  --sim-args \"ARGS\"       options for the simulator (see gpupool sim-engine --help)\n"
+            "  --fake-gpu NAME:TOTAL_GB:FREE_GB  pretend to have this GPU (repeatable)\n"
+            "  --heartbeat-ms N        heartbeat interval until the coordinator says otherwise (default 2000)\n"
+            "  --port-file FILE        write the bound port here once listening\n"
+            "  --config FILE           read options from FILE (key = value lines)\n");
+}
+
+static int parse(int argc, char **argv, worker_opts *o)
+{
+    static const struct option longopts[] = {
+        {"coordinator", 1, 0, 'c'}, {"join-token", 1, 0, 'j'}, {"join-token-file", 1, 0, 'J'},
+        {"listen", 1, 0, 'l'}, {"advertise", 1, 0, 'a'}, {"name", 1, 0, 'n'}, {"engine", 1, 0, 'e'},
+        {"slots", 1, 0, 's'}, {"sim-args", 1, 0, 'S'}, {"fake-gpu", 1, 0, 'g'}, {"heartbeat-ms", 1, 0, 'h'},
+        {"port-file", 1, 0, 'p'}, {"help", 0, 0, 'H'}, {0, 0, 0, 0}};
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'c': o->coordinator = optarg; break;
+        case 'j': o->join_token = optarg; break;
+        case 'J': o->join_token_file = optarg; break;
+        case 'l': o->listen = optarg; break;
+        case 'a': o->advertise = optarg; break;
+        case 'n': o->name = optarg; break;
+        case 'e':
+            if (o->nengines >= MAX_SPECS) { fprintf(stderr, "gpupool worker: too many engines\n"); return -1; }
+            o->engines[o->nengines++] = optarg;
+            break;
+        case 's':
+            if (opts_parse_int(optarg, 1, 1024, &o->slots)) { fprintf(stderr, "gpupool worker: --slots wants 1..1024\n"); return -1; }
+            break;
+        case 'S': o->sim_args = optarg; break;
+        case 'g':
+            if (o->nfakes >= MAX_SPECS) { fprintf(stderr, "gpupool worker: too many fake GPUs\n"); return -1; }
+            o->fakes[o->nfakes++] = optarg;
+            break;
+        case 'h':
+            if (opts_parse_int(optarg, 50, 600000, &o->heartbeat_ms)) { fprintf(stderr, "gpupool worker: --heartbeat-ms wants 50..600000\n"); return -1; }
+            break;
+        case 'p': o->port_file = optarg; break;
+        case 'H': usage(stdout); exit(0);
+        default: usage(stderr); return -1;
+        }
+    }
+    if (optind < argc) { fprintf(stderr, "gpupool worker: unexpected argument '%s'\n", argv[optind]); return -1; }
+    return 0;
+}
+
+static int setup_engines(worker *w, worker_opts *o)
+{
+    char err[256];
+    if (o->nengines == 0) {
+        engine found;
+        if (engine_autodetect(&found) == 0) {
+            log_info("found a running %s engine at %s", engine_kind_name(found.kind), found.url);
+            w->engines[w->nengines++] = found;
+        } else {
+            log_warn("no GPU engine found (llama-server :8080, vLLM :8000, Ollama :11434): "
+                     "serving the SIMULATOR; every answer is simulated, no model runs");
+            o->engines[o->nengines++] = "sim";
+        }
+    }
+    for (int i = 0; i < o->nengines && w->nengines < WORKER_MAX_ENGINES; i++) {
+        engine e;
+        if (engine_parse_spec(o->engines[i], &e, err, sizeof err)) { fprintf(stderr, "gpupool worker: %s\n", err); return -1; }
+        if (o->slots) e.default_slots = (int)o->slots;
+        if (e.kind == ENGINE_SIM && engine_start_sim(&e, o->sim_args, err, sizeof err)) {
+            fprintf(stderr, "gpupool worker: %s\n", err);
+            return -1;
+        }
+        w->engines[w->nengines++] = e;
+    }
+    return 0;
+}
+
+static int fill_identity(worker *w, worker_opts *o, int port)
+{
+    const char *tok = o->join_token ? o->join_token : getenv("GPUPOOL_JOIN_TOKEN");
+    char *fromfile = NULL;
+    if (!tok && o->join_token_file) {
+        fromfile = read_small_file(o->join_token_file, 255);
+        if (!fromfile || !*fromfile) {
+            fprintf(stderr, "gpupool worker: cannot read a join token from %s\n", o->join_token_file);
+            free(fromfile);
+            return -1;
+        }
+        tok = fromfile;
+    }
+    if (!tok || !*tok) {
+        fprintf(stderr, "gpupool worker: a join token is needed (--join-token, --join-token-file or GPUPOOL_JOIN_TOKEN)\n");
+        return -1;
+    }
+    snprintf(w->join_token, sizeof w->join_token, "%s", tok);
+    free(fromfile);
+    snprintf(w->coordinator, sizeof w->coordinator, "%s", o->coordinator);
+    size_t n = strlen(w->coordinator);
+    while (n && w->coordinator[n - 1] == '/') w->coordinator[--n] = 0;
+    char host[128];
+    if (o->name) snprintf(w->name, sizeof w->name, "%s", o->name);
+    else if (gethostname(host, sizeof host) == 0) snprintf(w->name, sizeof w->name, "%.63s", host);
+    if (o->advertise) {
+        snprintf(w->address, sizeof w->address, "%s", o->advertise);
+    } else {
+        int p;
+        http_parse_listen(o->listen, host, sizeof host, &p);
+        if (!strcmp(host, "0.0.0.0") || !strcmp(host, "::")) {
+            fprintf(stderr, "gpupool worker: listening on %s needs --advertise http://THIS-MACHINE:%d\n", o->listen, port);
+            return -1;
+        }
+        snprintf(w->address, sizeof w->address, strchr(host, ':') ? "http://[%s]:%d" : "http://%s:%d", host, port);
+    }
+    worker_refresh(w);
+    if (machine_fingerprint(w->gpus, w->ngpus, w->fingerprint)) {
+        fprintf(stderr, "gpupool worker: cannot work out a machine fingerprint (no /etc/machine-id)\n");
+        return -1;
+    }
+    return 0;
+}
+
+int cmd_worker(int argc0, char **argv0)
+{
+    log_set_component("worker");
+    char err[512];
+    int argc;
+    char **argv = opts_expand_config(argc0, argv0, &argc, err, sizeof err);
+    if (!argv) { fprintf(stderr, "gpupool worker: %s\n", err); return 2; }
+    worker_opts o = {.coordinator = "http://127.0.0.1:8420", .listen = "127.0.0.1:8421", .heartbeat_ms = 2000};
+    static worker w;
+    memset(&w, 0, sizeof w);
+    pthread_mutex_init(&w.mu, NULL);
+    pthread_cond_init(&w.cv, NULL);
+    int rc = 2, agent = 0;
+    http_server *srv = NULL;
+    if (parse(argc, argv, &o)) goto done;
+    w.heartbeat_ms = o.heartbeat_ms;
+
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    http_client_global_init();
+
+    w.probe = gpu_probe_open(o.nfakes ? o.fakes : NULL, err, sizeof err);
+    if (!w.probe) { fprintf(stderr, "gpupool worker: %s\n", err); goto done; }
+    log_info("GPUs from %s", gpu_source_name(gpu_probe_source(w.probe)));
+    if (setup_engines(&w, &o)) goto done;
+
+    http_server_opts ho = {.listen = o.listen, .handler = frontdoor_handle, .app = &w};
+    srv = http_server_start(&ho, err, sizeof err);
+    if (!srv) { fprintf(stderr, "gpupool worker: %s\n", err); goto done; }
+    int port = http_server_port(srv);
+    if (fill_identity(&w, &o, port)) goto done;
+    if (worker_agent_start(&w)) { fprintf(stderr, "gpupool worker: cannot start the agent\n"); goto done; }
+    agent = 1;
+    if (o.port_file) {
+        char p[32];
+        snprintf(p, sizeof p, "%d\n", port);
+        write_file_atomic(o.port_file, p);
+    }
+    log_info("worker %s listening at %s, coordinator %s", w.name, w.address, w.coordinator);
+    int sig;
+    sigwait(&sigs, &sig);
+    log_info("stopping on signal %d", sig);
+    rc = 0;
+done:
+    if (agent) worker_agent_stop(&w);
+    http_server_stop(srv);
+    for (int i = 0; i < w.nengines; i++) engine_stop(&w.engines[i]);
+    gpu_probe_close(w.probe);
+    opts_free_argv(argv);
+    if (rc == 0) http_client_global_cleanup();
+    return rc;
+}

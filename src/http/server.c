@@ -80,6 +80,7 @@ const char *http_req_method(const http_req *r) { return r->method; }
 const char *http_req_path(const http_req *r) { return r->path; }
 const char *http_req_peer(const http_req *r) { return r->peer; }
 int http_responded(const http_req *r) { return r->responded; }
+int http_resp_status(const http_req *r) { return r->status; }
 
 const char *http_req_header(const http_req *r, const char *name)
 {

@@ -62,5 +62,7 @@ typedef void (*http_stream_done)(void *ctx);
 void http_respond_stream(http_req *r, int status, const char *content_type,
                          http_stream_read read, http_stream_done done, void *ctx);
 int http_responded(const http_req *r);
+/* The status of the answer given so far (0 before any). */
+int http_resp_status(const http_req *r);
 
 #endif

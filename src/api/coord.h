@@ -1,0 +1,47 @@
+/* api/coord: the coordinator's shared state and its request handlers.
+ * cmd/serve.c builds a coord and hands coord_handle to the HTTP server. */
+#ifndef GPUPOOL_COORD_H
+#define GPUPOOL_COORD_H
+
+#include <stdint.h>
+
+#include "http/server.h"
+#include "node/registry.h"
+#include "sched/dispatch.h"
+#include "store/store.h"
+
+#define COORD_MAX_KEYS 64
+
+typedef struct coord_cfg {
+    char *api_keys[COORD_MAX_KEYS]; /* empty = no client authentication */
+    int nkeys;
+    int queue_max;             /* requests that may wait for a slot */
+    int64_t queue_timeout_ms;  /* how long a request waits for a slot */
+    int64_t upstream_timeout_ms;
+    int max_attempts;          /* nodes tried per request / task */
+} coord_cfg;
+
+typedef struct coord {
+    coord_cfg cfg;
+    store *st;
+    registry *reg;
+    dispatcher *disp;
+    int64_t started_mono;
+} coord;
+
+/* The one HTTP handler: routes, authenticates, records metrics. */
+void coord_handle(http_req *req, void *app);
+
+/* Handlers, one file each (api/openai.c, api/tasks.c, api/nodes.c). */
+void api_openai_proxy(coord *c, http_req *req, int kind);
+void api_models(coord *c, http_req *req);
+void api_tasks_create(coord *c, http_req *req);
+void api_tasks_get(coord *c, http_req *req, const char *id);
+void api_tasks_list(coord *c, http_req *req);
+void api_tasks_cancel(coord *c, http_req *req, const char *id);
+void api_nodes(coord *c, http_req *req);
+void api_register(coord *c, http_req *req);
+void api_heartbeat(coord *c, http_req *req);
+void api_metrics(coord *c, http_req *req);
+
+#endif

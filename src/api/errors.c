@@ -1,0 +1,49 @@
+/* api/errors: see errors.h. */
+#include "api/errors.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+void api_error(http_req *r, int status, const char *type, const char *code, const char *param,
+               const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    json_t *e = json_pack("{s:{s:s, s:s, s:s, s:o}}", "error", "message", msg, "type", type, "code", code,
+                          "param", param ? json_string(param) : json_null());
+    if (!e) { /* the message was not valid UTF-8: never echo raw bytes */
+        e = json_pack("{s:{s:s, s:s, s:s, s:n}}", "error", "message", "invalid request", "type", type,
+                      "code", code, "param");
+    }
+    http_respond_json(r, status, e);
+    json_decref(e);
+}
+
+json_t *api_read_json_object(http_req *r)
+{
+    size_t len;
+    const char *body = http_req_body(r, &len);
+    if (len == 0) {
+        api_bad_request(r, "empty_body", NULL, "the request body is empty; a JSON object was expected");
+        return NULL;
+    }
+    json_error_t jerr;
+    json_t *j = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!j) {
+        const char *what = strstr(jerr.text, "UTF-8") ? "the request body is not valid UTF-8"
+                                                       : "the request body is not valid JSON";
+        api_bad_request(r, "invalid_json", NULL, "%s: %s (line %d, column %d)", what, jerr.text, jerr.line,
+                        jerr.column);
+        return NULL;
+    }
+    if (!json_is_object(j)) {
+        json_decref(j);
+        api_bad_request(r, "invalid_json", NULL, "the request body must be a JSON object");
+        return NULL;
+    }
+    return j;
+}

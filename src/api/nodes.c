@@ -1,0 +1,65 @@
+/* api/nodes: the node-facing control plane (register, heartbeat), the node
+ * list people read, and the Prometheus metrics page. */
+#include <stdio.h>
+#include <string.h>
+
+#include "api/coord.h"
+#include "api/errors.h"
+#include "api/metrics.h"
+#include "util/buf.h"
+#include "util/clock.h"
+
+void api_nodes(coord *c, http_req *req)
+{
+    json_t *j = json_pack("{s:s, s:o}", "object", "list", "data", registry_nodes_json(c->reg, mono_ms()));
+    http_respond_json(req, 200, j);
+    json_decref(j);
+}
+
+typedef int (*control_fn)(registry *, const char *, json_t *, const char *, int64_t, json_t **, char *, size_t);
+
+static void control(coord *c, http_req *req, control_fn fn)
+{
+    json_t *body = api_read_json_object(req);
+    if (!body) return;
+    json_t *resp = NULL;
+    char why[256] = "";
+    int status = fn(c->reg, http_req_bearer(req), body, http_req_peer(req), mono_ms(), &resp, why, sizeof why);
+    if (status == 200) {
+        http_respond_json(req, 200, resp);
+        dispatcher_wake(c->disp);
+    } else {
+        const char *code = status == 401 ? "unauthorized" : status == 403 ? "forbidden" : "invalid_request";
+        api_error(req, status, "invalid_request_error", code, NULL, "%s", why);
+    }
+    json_decref(resp);
+    json_decref(body);
+}
+
+void api_register(coord *c, http_req *req) { control(c, req, registry_register); }
+void api_heartbeat(coord *c, http_req *req) { control(c, req, registry_heartbeat); }
+
+void api_metrics(coord *c, http_req *req)
+{
+    buf out = {0};
+    metrics_render_requests(&out);
+    metrics_header(&out, "gpupool_queue_depth", "gauge", "Requests waiting for a node slot.");
+    buf_printf(&out, "gpupool_queue_depth %d\n", registry_waiters(c->reg));
+    int64_t counts[5] = {0};
+    static const char *states[] = {"queued", "running", "succeeded", "failed", "canceled"};
+    if (store_task_counts(c->st, counts) == STORE_OK) {
+        metrics_header(&out, "gpupool_tasks", "gauge", "Stored async tasks by state.");
+        for (int i = 0; i < 5; i++) buf_printf(&out, "gpupool_tasks{state=\"%s\"} %lld\n", states[i], (long long)counts[i]);
+    }
+    int nodes[NODE_STATES];
+    registry_counts(c->reg, nodes);
+    metrics_header(&out, "gpupool_nodes", "gauge", "Registered nodes by state.");
+    for (int i = 0; i < NODE_STATES; i++)
+        buf_printf(&out, "gpupool_nodes{state=\"%s\"} %d\n", node_state_name((node_state)i), nodes[i]);
+    metrics_header(&out, "gpupool_dispatch_running", "gauge", "Async task attempts in flight.");
+    buf_printf(&out, "gpupool_dispatch_running %d\n", dispatcher_running(c->disp));
+    metrics_header(&out, "gpupool_uptime_seconds", "gauge", "Seconds since the coordinator started.");
+    buf_printf(&out, "gpupool_uptime_seconds %lld\n", (long long)((mono_ms() - c->started_mono) / 1000));
+    http_respond(req, 200, "text/plain; version=0.0.4; charset=utf-8", out.data, out.len);
+    buf_free(&out);
+}

@@ -1,0 +1,175 @@
+/* api/openai: the OpenAI-compatible calls (chat, completions, embeddings,
+ * models).  It validates, waits for a node slot, and forwards the request to
+ * the chosen worker: streamed answers relay event by event, and a node that
+ * fails before answering is replaced by another without the client noticing. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/coord.h"
+#include "api/errors.h"
+#include "api/validate.h"
+#include "http/client.h"
+#include "http/relay.h"
+#include "util/clock.h"
+#include "util/log.h"
+
+#define MAX_TRIES 8
+
+typedef struct lease_hold {
+    registry *reg;
+    node_lease lease;
+} lease_hold;
+
+static void release_on_finish(void *ctx, const relay_outcome *o)
+{
+    lease_hold *h = ctx;
+    if (o->upstream_failed) log_warn("stream from %s ended early: %s", h->lease.node_id, o->error);
+    registry_release(h->reg, &h->lease, mono_ms());
+    free(h);
+}
+
+/* Whether the worker said it cannot serve this now (so another node may). */
+static int says_not_ready(const char *body)
+{
+    return body && strstr(body, "\"not_ready\"") != NULL;
+}
+
+static void retry_after(coord *c, http_req *req)
+{
+    double rate = registry_drain_rate(c->reg, mono_ms());
+    int waiting = registry_waiters(c->reg);
+    double secs = rate > 0 ? ceil((waiting + 1) / rate) : 5;
+    if (secs < 1) secs = 1;
+    if (secs > 120) secs = 120;
+    char v[16];
+    snprintf(v, sizeof v, "%d", (int)secs);
+    http_set_header(req, "Retry-After", v);
+}
+
+static void answer_as_is(http_req *req, long status, const char *ctype, const char *body, size_t len,
+                         const node_lease *l)
+{
+    http_set_header(req, "X-Gpupool-Node", l->node_id);
+    http_set_header(req, "X-Gpupool-Route", "local");
+    http_respond(req, (int)status, ctype && *ctype ? ctype : "application/json", body, len);
+}
+
+void api_openai_proxy(coord *c, http_req *req, int kind)
+{
+    json_t *body = api_read_json_object(req);
+    if (!body) return;
+    api_invalid why;
+    if (api_validate_body((api_kind)kind, body, &why)) {
+        api_bad_request(req, why.code, why.param[0] ? why.param : NULL, "%s", why.message);
+        json_decref(body);
+        return;
+    }
+    char model[256];
+    snprintf(model, sizeof model, "%s", json_string_value(json_object_get(body, "model")));
+    int stream = json_is_true(json_object_get(body, "stream"));
+    json_decref(body);
+
+    if (!registry_model_known(c->reg, model)) {
+        api_error(req, 404, "invalid_request_error", "model_not_found", "model",
+                  "the model '%s' is not served by any node in the pool", model);
+        return;
+    }
+    size_t len;
+    const char *raw = http_req_body(req, &len);
+    const char *tried[MAX_TRIES];
+    char tried_ids[MAX_TRIES][40];
+    int ntried = 0;
+    char last_error[300] = "";
+    int tries = c->cfg.max_attempts < MAX_TRIES ? c->cfg.max_attempts : MAX_TRIES;
+    int64_t deadline = mono_ms() + c->cfg.queue_timeout_ms;
+
+    for (int attempt = 0; attempt < tries; attempt++) {
+        node_lease lease;
+        reg_wait w = registry_acquire_wait(c->reg, model, tried, ntried, deadline, c->cfg.queue_max, &lease);
+        if (w == REG_NO_MODEL) {
+            api_error(req, 404, "invalid_request_error", "model_not_found", "model",
+                      "the model '%s' is not served by any node in the pool", model);
+            return;
+        }
+        if (w == REG_QUEUE_FULL) {
+            retry_after(c, req);
+            api_error(req, 429, "rate_limit_error", "queue_full", NULL,
+                      "all nodes serving '%s' are busy and the queue is full; retry later", model);
+            return;
+        }
+        if (w == REG_TIMEOUT || w == REG_EXHAUSTED) break;
+
+        char url[512];
+        snprintf(url, sizeof url, "%s%s", lease.address, api_kind_path((api_kind)kind));
+        http_call_opts o = {.method = "POST", .url = url, .body = raw, .body_len = len,
+                            .bearer = lease.token, .timeout_ms = stream ? 0 : c->cfg.upstream_timeout_ms,
+                            .idle_timeout_ms = stream ? c->cfg.upstream_timeout_ms : 0};
+        long status;
+        if (stream) {
+            lease_hold *h = malloc(sizeof *h);
+            h->reg = c->reg;
+            h->lease = lease;
+            relay *r = relay_start(&o, release_on_finish, h);
+            if (!r) { registry_release(c->reg, &lease, mono_ms()); free(h); break; }
+            status = relay_wait(r, 0);
+            if (status == 200) {
+                http_set_header(req, "X-Gpupool-Node", lease.node_id);
+                http_set_header(req, "X-Gpupool-Route", "local");
+                relay_to_client(r, req, 200);
+                return;
+            }
+            if (status == 0) {
+                snprintf(last_error, sizeof last_error, "%s: %s", lease.node_id, relay_error(r));
+                registry_mark_unreachable(c->reg, lease.node_id, relay_error(r));
+                relay_abandon(r);
+            } else {
+                size_t blen;
+                char ctype[128];
+                snprintf(ctype, sizeof ctype, "%s", relay_content_type(r));
+                char *b = relay_collect(r, 1 << 20, &blen);
+                if (!(status == 503 && says_not_ready(b))) {
+                    answer_as_is(req, status, ctype, b, blen, &lease);
+                    free(b);
+                    return;
+                }
+                snprintf(last_error, sizeof last_error, "%s: not ready", lease.node_id);
+                free(b);
+            }
+        } else {
+            http_result res;
+            http_call(&o, &res);
+            registry_release(c->reg, &lease, mono_ms());
+            status = res.status;
+            if (status && !(status == 503 && says_not_ready(res.body))) {
+                answer_as_is(req, status, res.content_type, res.body, res.body_len, &lease);
+                http_result_free(&res);
+                return;
+            }
+            snprintf(last_error, sizeof last_error, "%s: %s", lease.node_id, status ? "not ready" : res.error);
+            if (!status) registry_mark_unreachable(c->reg, lease.node_id, res.error);
+            http_result_free(&res);
+        }
+        log_warn("request for %s: node %s failed before answering (%s); trying another", model,
+                 lease.node_id, last_error);
+        snprintf(tried_ids[ntried], sizeof tried_ids[ntried], "%s", lease.node_id);
+        tried[ntried] = tried_ids[ntried];
+        ntried++;
+    }
+    if (ntried) {
+        api_server_error(req, 502, "no_node_answered", "no node could serve '%s' (tried %d): %s", model, ntried,
+                         last_error);
+    } else {
+        retry_after(c, req);
+        api_server_error(req, 503, "no_capacity", "no node could take a request for '%s' within %lld ms", model,
+                         (long long)c->cfg.queue_timeout_ms);
+    }
+}
+
+void api_models(coord *c, http_req *req)
+{
+    json_t *j = registry_models_json(c->reg, mono_ms());
+    http_respond_json(req, 200, j);
+    json_decref(j);
+}

@@ -1,0 +1,88 @@
+/* api/router: the coordinator's one HTTP handler.  It maps method and path to
+ * a handler, checks client API keys, and records every answer in metrics. */
+#include <stdio.h>
+#include <string.h>
+
+#include "api/coord.h"
+#include "api/errors.h"
+#include "api/metrics.h"
+#include "api/validate.h"
+#include "util/clock.h"
+#include "util/ids.h"
+#include "util/log.h"
+
+static int authorized(coord *c, http_req *req)
+{
+    if (c->cfg.nkeys == 0) return 1;
+    const char *key = http_req_bearer(req);
+    if (key)
+        for (int i = 0; i < c->cfg.nkeys; i++)
+            if (secret_equal(key, c->cfg.api_keys[i])) return 1;
+    log_warn("refused %s %s from %s: %s", http_req_method(req), http_req_path(req), http_req_peer(req),
+             key ? "unknown API key" : "no API key");
+    api_error(req, 401, "invalid_request_error", "invalid_api_key", NULL,
+              key ? "the API key is not valid" : "an API key is required (Authorization: Bearer ...)");
+    return 0;
+}
+
+static int is(const char *a, const char *b) { return !strcmp(a, b); }
+
+static metrics_route route_and_run(coord *c, http_req *req)
+{
+    const char *m = http_req_method(req), *p = http_req_path(req);
+    int get = is(m, "GET"), post = is(m, "POST"), del = is(m, "DELETE");
+
+    if (is(p, "/healthz") && get) {
+        http_respond_text(req, 200, "{\"status\":\"ok\"}");
+        return ROUTE_HEALTH;
+    }
+    if (is(p, "/metrics") && get) { api_metrics(c, req); return ROUTE_METRICS; }
+    if (is(p, "/internal/v1/register") && post) { api_register(c, req); return ROUTE_REGISTER; }
+    if (is(p, "/internal/v1/heartbeat") && post) { api_heartbeat(c, req); return ROUTE_HEARTBEAT; }
+
+    static const struct { const char *path; metrics_route route; int kind; } proxied[] = {
+        {"/v1/chat/completions", ROUTE_CHAT, KIND_CHAT},
+        {"/v1/completions", ROUTE_COMPLETIONS, KIND_COMPLETION},
+        {"/v1/embeddings", ROUTE_EMBEDDINGS, KIND_EMBEDDING},
+    };
+    for (size_t i = 0; i < sizeof proxied / sizeof proxied[0]; i++) {
+        if (!is(p, proxied[i].path)) continue;
+        if (!post) goto wrong_method;
+        if (authorized(c, req)) api_openai_proxy(c, req, proxied[i].kind);
+        return proxied[i].route;
+    }
+    if (is(p, "/v1/models")) {
+        if (!get) goto wrong_method;
+        if (authorized(c, req)) api_models(c, req);
+        return ROUTE_MODELS;
+    }
+    if (is(p, "/v1/nodes")) {
+        if (!get) goto wrong_method;
+        if (authorized(c, req)) api_nodes(c, req);
+        return ROUTE_NODES;
+    }
+    if (is(p, "/v1/tasks")) {
+        if (post) { if (authorized(c, req)) api_tasks_create(c, req); return ROUTE_TASKS_CREATE; }
+        if (get) { if (authorized(c, req)) api_tasks_list(c, req); return ROUTE_TASKS_LIST; }
+        goto wrong_method;
+    }
+    if (!strncmp(p, "/v1/tasks/", 10) && p[10] && !strchr(p + 10, '/')) {
+        const char *id = p + 10;
+        if (get) { if (authorized(c, req)) api_tasks_get(c, req, id); return ROUTE_TASKS_GET; }
+        if (del) { if (authorized(c, req)) api_tasks_cancel(c, req, id); return ROUTE_TASKS_CANCEL; }
+        goto wrong_method;
+    }
+    api_error(req, 404, "invalid_request_error", "not_found", NULL, "no such endpoint: %s %s", m, p);
+    return ROUTE_OTHER;
+wrong_method:
+    api_error(req, 405, "invalid_request_error", "method_not_allowed", NULL, "%s is not allowed on %s", m, p);
+    return ROUTE_OTHER;
+}
+
+void coord_handle(http_req *req, void *app)
+{
+    coord *c = app;
+    int64_t t0 = mono_us();
+    metrics_route r = route_and_run(c, req);
+    metrics_observe(r, http_resp_status(req), mono_us() - t0);
+}

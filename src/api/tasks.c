@@ -1,0 +1,188 @@
+/* api/tasks: durable async tasks.  A task is validated, stored (and so
+ * survives a crash) and only then acknowledged with 202; the dispatcher runs
+ * it later.  Idempotency-Key makes a retried submission return the same task. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/coord.h"
+#include "api/errors.h"
+#include "api/validate.h"
+#include "util/clock.h"
+#include "util/ids.h"
+#include "util/log.h"
+
+static const char *STATES[] = {"queued", "running", "succeeded", "failed", "canceled"};
+
+static json_t *task_view(coord *c, const char *id, int *found)
+{
+    task_rec t;
+    int rc = store_task_get(c->st, id, &t);
+    *found = rc == STORE_OK;
+    if (rc != STORE_OK) return NULL;
+    json_t *j = store_task_json(&t);
+    json_t *attempts = store_task_attempts(c->st, id);
+    json_object_set_new(j, "attempt_history", attempts ? attempts : json_array());
+    task_rec_free(&t);
+    return j;
+}
+
+void api_tasks_create(coord *c, http_req *req)
+{
+    json_t *body = api_read_json_object(req);
+    if (!body) return;
+    json_t *type = json_object_get(body, "type"), *model = json_object_get(body, "model");
+    json_t *input = json_object_get(body, "input"), *prio = json_object_get(body, "priority");
+    json_t *maxat = json_object_get(body, "max_attempts");
+    api_kind kind = api_kind_from_task_type(json_string_value(type));
+    json_t *in = NULL;
+    const char *key = http_req_header(req, "Idempotency-Key");
+    if (!type) { api_bad_request(req, "missing_field", "type", "'type' is required"); goto out; }
+    if (kind == KIND_UNKNOWN) {
+        api_bad_request(req, json_is_string(type) ? "invalid_value" : "invalid_type", "type",
+                        "'type' must be one of \"chat\", \"completion\", \"embedding\"");
+        goto out;
+    }
+    if (!model) { api_bad_request(req, "missing_field", "model", "'model' is required"); goto out; }
+    if (!json_is_string(model) || !json_string_length(model)) {
+        api_bad_request(req, "invalid_type", "model", "'model' must be a non-empty string");
+        goto out;
+    }
+    if (!input) { api_bad_request(req, "missing_field", "input", "'input' is required"); goto out; }
+    if (!json_is_object(input)) {
+        api_bad_request(req, "invalid_type", "input", "'input' must be an object (the OpenAI request body)");
+        goto out;
+    }
+    int priority = 5;
+    if (prio && !json_is_null(prio)) {
+        if (!json_is_integer(prio)) { api_bad_request(req, "invalid_type", "priority", "'priority' must be an integer"); goto out; }
+        if (json_integer_value(prio) < 0 || json_integer_value(prio) > 9) {
+            api_bad_request(req, "invalid_value", "priority", "'priority' must be between 0 and 9");
+            goto out;
+        }
+        priority = (int)json_integer_value(prio);
+    }
+    int max_attempts = c->cfg.max_attempts;
+    if (maxat && !json_is_null(maxat)) {
+        if (!json_is_integer(maxat) || json_integer_value(maxat) < 1 || json_integer_value(maxat) > 10) {
+            api_bad_request(req, "invalid_value", "max_attempts", "'max_attempts' must be an integer from 1 to 10");
+            goto out;
+        }
+        max_attempts = (int)json_integer_value(maxat);
+    }
+    if (key && (strlen(key) == 0 || strlen(key) > 255)) {
+        api_bad_request(req, "invalid_value", "Idempotency-Key", "the Idempotency-Key header must be 1 to 255 characters");
+        goto out;
+    }
+    in = json_deep_copy(input);
+    json_object_set(in, "model", model);
+    json_object_del(in, "stream");
+    api_invalid why;
+    if (api_validate_body(kind, in, &why)) {
+        char param[80];
+        snprintf(param, sizeof param, "input.%s", why.param);
+        api_bad_request(req, why.code, param, "input: %s", why.message);
+        goto out;
+    }
+    if (!registry_model_known(c->reg, json_string_value(model))) {
+        api_error(req, 404, "invalid_request_error", "model_not_found", "model",
+                  "the model '%s' is not served by any node in the pool", json_string_value(model));
+        goto out;
+    }
+    size_t len;
+    const char *raw = http_req_body(req, &len);
+    char hash[65], id[64], existing[64] = "";
+    sha256_hex(raw, len, hash);
+    make_id(id, sizeof id, "task");
+    char *input_text = json_dumps(in, JSON_COMPACT);
+    task_new t = {.id = id, .type = api_kind_task_type(kind), .model = json_string_value(model),
+                  .priority = priority, .input_json = input_text, .idem_key = key, .body_hash = hash,
+                  .max_attempts = max_attempts, .created_ms = wall_ms()};
+    int rc = store_task_insert(c->st, &t, existing);
+    free(input_text);
+    if (rc == STORE_DUPLICATE) {
+        int found;
+        json_t *j = task_view(c, existing, &found);
+        http_set_header(req, "Idempotent-Replayed", "true");
+        http_set_header(req, "X-Gpupool-Task", existing);
+        if (j) http_respond_json(req, 200, j);
+        else api_server_error(req, 500, "store_error", "the earlier task could not be read");
+        json_decref(j);
+    } else if (rc == STORE_CONFLICT) {
+        api_error(req, 409, "invalid_request_error", "idempotency_key_reused", "Idempotency-Key",
+                  "this Idempotency-Key was already used with a different request body (task %s)", existing);
+    } else if (rc != STORE_OK) {
+        log_error("could not store a task: %s", store_errmsg(c->st));
+        api_server_error(req, 503, "store_unavailable", "the task could not be stored; nothing was accepted");
+    } else {
+        json_t *j = json_pack("{s:s, s:s, s:s}", "id", id, "object", "task", "status", "queued");
+        http_set_header(req, "X-Gpupool-Task", id);
+        http_respond_json(req, 202, j);
+        json_decref(j);
+        dispatcher_wake(c->disp);
+    }
+out:
+    json_decref(in);
+    json_decref(body);
+}
+
+void api_tasks_get(coord *c, http_req *req, const char *id)
+{
+    int found;
+    json_t *j = task_view(c, id, &found);
+    if (!j) {
+        if (found) api_server_error(req, 500, "store_error", "the task could not be read");
+        else api_error(req, 404, "invalid_request_error", "task_not_found", NULL, "no task with id '%s'", id);
+        return;
+    }
+    http_respond_json(req, 200, j);
+    json_decref(j);
+}
+
+void api_tasks_list(coord *c, http_req *req)
+{
+    const char *status = http_req_query(req, "status");
+    const char *lim = http_req_query(req, "limit");
+    if (status && *status) {
+        int ok = 0;
+        for (size_t i = 0; i < 5; i++) ok |= !strcmp(status, STATES[i]);
+        if (!ok) {
+            api_bad_request(req, "invalid_value", "status",
+                            "'status' must be one of queued, running, succeeded, failed, canceled");
+            return;
+        }
+    } else {
+        status = NULL;
+    }
+    int limit = 100;
+    if (lim) {
+        char *e;
+        long v = strtol(lim, &e, 10);
+        if (*e || e == lim || v < 1 || v > 1000) {
+            api_bad_request(req, "invalid_value", "limit", "'limit' must be an integer from 1 to 1000");
+            return;
+        }
+        limit = (int)v;
+    }
+    json_t *data = store_task_list(c->st, status, limit);
+    if (!data) { api_server_error(req, 500, "store_error", "tasks could not be listed"); return; }
+    json_t *j = json_pack("{s:s, s:o}", "object", "list", "data", data);
+    http_respond_json(req, 200, j);
+    json_decref(j);
+}
+
+void api_tasks_cancel(coord *c, http_req *req, const char *id)
+{
+    int rc = store_task_cancel(c->st, id, wall_ms());
+    if (rc == STORE_NOT_FOUND) {
+        api_error(req, 404, "invalid_request_error", "task_not_found", NULL, "no task with id '%s'", id);
+        return;
+    }
+    if (rc == STORE_STALE) {
+        api_error(req, 409, "invalid_request_error", "task_finished", NULL, "task '%s' has already finished", id);
+        return;
+    }
+    if (rc != STORE_OK) { api_server_error(req, 500, "store_error", "the task could not be canceled"); return; }
+    dispatcher_cancel_task(c->disp, id);
+    api_tasks_get(c, req, id);
+}

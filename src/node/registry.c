@@ -1,0 +1,527 @@
+/* node/registry: see registry.h. */
+#include "node/registry.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/clock.h"
+#include "util/ids.h"
+#include "util/log.h"
+
+#define DRAIN_RING 256
+
+typedef struct node {
+    char id[40];
+    char name[64];
+    char address[256];
+    char fingerprint[72];
+    char peer[64];
+    char token[72], prev_token[72];
+    int64_t token_issued, token_expires, prev_expires;
+    int64_t last_beat, registered_at;
+    uint64_t seq;
+    node_state state;
+    char state_reason[128];
+    int inflight, reported_inflight, slots;
+    uint64_t free_vram, total_vram;
+    char **models;
+    int nmodels;
+    json_t *gpus, *engines;
+} node;
+
+struct registry {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    registry_cfg cfg;
+    char *join_token;
+    node **nodes;
+    int n, cap;
+    int waiters;
+    struct waiter *queue;
+    int64_t drain[DRAIN_RING];
+    int drain_n, drain_i;
+    void (*on_change)(void *);
+    void *on_change_ctx;
+};
+
+const char *node_state_name(node_state s)
+{
+    static const char *names[] = {"ready", "not_ready", "draining", "offline"};
+    return s < NODE_STATES ? names[s] : "unknown";
+}
+
+registry *registry_new(const registry_cfg *cfg)
+{
+    registry *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    pthread_mutex_init(&r->mu, NULL);
+    cond_init_monotonic(&r->cv);
+    r->cfg = *cfg;
+    r->join_token = strdup(cfg->join_token ? cfg->join_token : "");
+    r->cfg.join_token = r->join_token;
+    if (r->cfg.heartbeat_ms <= 0) r->cfg.heartbeat_ms = 2000;
+    if (r->cfg.missed_beats <= 0) r->cfg.missed_beats = 3;
+    if (r->cfg.token_ttl_ms <= 0) r->cfg.token_ttl_ms = 600000;
+    return r;
+}
+
+static void node_free_models(node *nd)
+{
+    for (int i = 0; i < nd->nmodels; i++) free(nd->models[i]);
+    free(nd->models);
+    nd->models = NULL;
+    nd->nmodels = 0;
+}
+
+void registry_free(registry *r)
+{
+    if (!r) return;
+    for (int i = 0; i < r->n; i++) {
+        node_free_models(r->nodes[i]);
+        json_decref(r->nodes[i]->gpus);
+        json_decref(r->nodes[i]->engines);
+        free(r->nodes[i]);
+    }
+    free(r->nodes);
+    free(r->join_token);
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
+    free(r);
+}
+
+void registry_on_change(registry *r, void (*fn)(void *), void *ctx)
+{
+    pthread_mutex_lock(&r->mu);
+    r->on_change = fn;
+    r->on_change_ctx = ctx;
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void changed(registry *r)
+{
+    pthread_cond_broadcast(&r->cv);
+}
+
+static void notify(registry *r)
+{
+    void (*fn)(void *) = r->on_change;
+    void *ctx = r->on_change_ctx;
+    if (fn) fn(ctx);
+}
+
+static node *find_by_id(registry *r, const char *id)
+{
+    for (int i = 0; i < r->n; i++)
+        if (!strcmp(r->nodes[i]->id, id)) return r->nodes[i];
+    return NULL;
+}
+
+static int has_model(const node *nd, const char *model)
+{
+    for (int i = 0; i < nd->nmodels; i++)
+        if (!strcmp(nd->models[i], model)) return 1;
+    return 0;
+}
+
+/* Takes what a worker reports (GPUs, engines) into the node's record. */
+static void absorb_report(node *nd, json_t *req)
+{
+    json_t *gpus = json_object_get(req, "gpus");
+    json_t *engines = json_object_get(req, "engines");
+    json_decref(nd->gpus);
+    json_decref(nd->engines);
+    nd->gpus = json_is_array(gpus) ? json_deep_copy(gpus) : json_array();
+    nd->engines = json_is_array(engines) ? json_deep_copy(engines) : json_array();
+    nd->free_vram = nd->total_vram = 0;
+    size_t i;
+    json_t *g;
+    json_array_foreach(nd->gpus, i, g) {
+        nd->free_vram += (uint64_t)json_integer_value(json_object_get(g, "free_bytes"));
+        nd->total_vram += (uint64_t)json_integer_value(json_object_get(g, "total_bytes"));
+    }
+    node_free_models(nd);
+    nd->slots = 0;
+    json_t *e;
+    json_array_foreach(nd->engines, i, e) {
+        if (!json_is_true(json_object_get(e, "healthy"))) continue;
+        json_int_t s = json_integer_value(json_object_get(e, "slots"));
+        nd->slots += s > 0 ? (int)s : 1;
+        size_t j;
+        json_t *m;
+        json_array_foreach(json_object_get(e, "models"), j, m) {
+            const char *name = json_string_value(m);
+            if (!name || has_model(nd, name)) continue;
+            char **grown = realloc(nd->models, sizeof *grown * (size_t)(nd->nmodels + 1));
+            if (!grown) break;
+            nd->models = grown;
+            nd->models[nd->nmodels++] = strdup(name);
+        }
+    }
+    nd->reported_inflight = (int)json_integer_value(json_object_get(req, "inflight"));
+}
+
+static void issue_token(registry *r, node *nd, int64_t now)
+{
+    if (nd->token[0]) {
+        memcpy(nd->prev_token, nd->token, sizeof nd->token);
+        nd->prev_expires = nd->token_expires;
+    }
+    rand_hex(nd->token, 32);
+    nd->token_issued = now;
+    nd->token_expires = now + r->cfg.token_ttl_ms;
+}
+
+static int refuse(char *why, size_t whylen, int status, const char *peer, const char *fmt, const char *arg)
+{
+    char msg[200];
+    snprintf(msg, sizeof msg, fmt, arg);
+    snprintf(why, whylen, "%s", msg);
+    log_warn("refused worker from %s: %s", peer && *peer ? peer : "?", msg);
+    return status;
+}
+
+int registry_register(registry *r, const char *bearer, json_t *req, const char *peer, int64_t now,
+                      json_t **resp, char *why, size_t whylen)
+{
+    *resp = NULL;
+    if (!bearer || !r->join_token[0] || !secret_equal(bearer, r->join_token))
+        return refuse(why, whylen, 401, peer, "%s", "wrong or missing join token");
+    if (!cidr_list_allows(&r->cfg.allow, peer))
+        return refuse(why, whylen, 403, peer, "address %s is not in the allowed ranges", peer);
+    const char *fp = json_string_value(json_object_get(req, "fingerprint"));
+    const char *addr = json_string_value(json_object_get(req, "address"));
+    const char *name = json_string_value(json_object_get(req, "name"));
+    if (!fp || strlen(fp) < 16 || strlen(fp) > 64)
+        return refuse(why, whylen, 400, peer, "%s", "registration lacks a machine fingerprint");
+    if (!addr || strncmp(addr, "http://", 7) || strlen(addr) > 250)
+        return refuse(why, whylen, 400, peer, "%s", "registration lacks an http:// address");
+
+    char digest[65];
+    sha256_hex(fp, strlen(fp), digest);
+    char id[40];
+    snprintf(id, sizeof id, "node-%.12s", digest);
+
+    pthread_mutex_lock(&r->mu);
+    node *nd = find_by_id(r, id);
+    if (!nd) {
+        if (r->n == r->cap) {
+            int cap = r->cap ? r->cap * 2 : 16;
+            node **grown = realloc(r->nodes, sizeof *grown * (size_t)cap);
+            if (!grown) { pthread_mutex_unlock(&r->mu); return refuse(why, whylen, 503, peer, "%s", "out of memory"); }
+            r->nodes = grown;
+            r->cap = cap;
+        }
+        nd = calloc(1, sizeof *nd);
+        if (!nd) { pthread_mutex_unlock(&r->mu); return refuse(why, whylen, 503, peer, "%s", "out of memory"); }
+        r->nodes[r->n++] = nd;
+        snprintf(nd->id, sizeof nd->id, "%s", id);
+        nd->registered_at = now;
+    }
+    snprintf(nd->fingerprint, sizeof nd->fingerprint, "%s", fp);
+    snprintf(nd->address, sizeof nd->address, "%s", addr);
+    snprintf(nd->name, sizeof nd->name, "%s", name ? name : id);
+    snprintf(nd->peer, sizeof nd->peer, "%s", peer ? peer : "");
+    nd->prev_token[0] = 0;
+    nd->token[0] = 0;
+    issue_token(r, nd, now);
+    nd->last_beat = now;
+    nd->seq = 0;
+    nd->state = NODE_READY;
+    nd->state_reason[0] = 0;
+    absorb_report(nd, req);
+    *resp = json_pack("{s:s, s:s, s:I, s:I}", "node_id", nd->id, "node_token", nd->token,
+                      "token_expires_in_ms", (json_int_t)r->cfg.token_ttl_ms,
+                      "heartbeat_ms", (json_int_t)r->cfg.heartbeat_ms);
+    log_info("node %s (%s) registered from %s at %s with %d model(s), %d slot(s)", nd->id, nd->name,
+             nd->peer, nd->address, nd->nmodels, nd->slots);
+    changed(r);
+    pthread_mutex_unlock(&r->mu);
+    notify(r);
+    return 200;
+}
+
+int registry_heartbeat(registry *r, const char *bearer, json_t *req, const char *peer, int64_t now,
+                       json_t **resp, char *why, size_t whylen)
+{
+    *resp = NULL;
+    const char *id = json_string_value(json_object_get(req, "node_id"));
+    const char *fp = json_string_value(json_object_get(req, "fingerprint"));
+    if (!id || !bearer) return refuse(why, whylen, 401, peer, "%s", "heartbeat without node id or token");
+    pthread_mutex_lock(&r->mu);
+    node *nd = find_by_id(r, id);
+    int status = 0;
+    if (!nd) {
+        status = refuse(why, whylen, 401, peer, "unknown node %s (register again)", id);
+    } else {
+        int cur = secret_equal(bearer, nd->token) && now < nd->token_expires;
+        int prev = nd->prev_token[0] && secret_equal(bearer, nd->prev_token) && now < nd->prev_expires;
+        if (!cur && !prev)
+            status = refuse(why, whylen, 401, peer, "invalid or expired token for node %s", id);
+        else if (!fp || strcmp(fp, nd->fingerprint))
+            status = refuse(why, whylen, 403, peer, "token of node %s presented by another machine", id);
+        else if (strcmp(peer ? peer : "", nd->peer))
+            status = refuse(why, whylen, 403, peer, "token of node %s presented from another address", id);
+        else if (!cidr_list_allows(&r->cfg.allow, peer))
+            status = refuse(why, whylen, 403, peer, "address %s is not in the allowed ranges", peer);
+    }
+    if (status) { pthread_mutex_unlock(&r->mu); return status; }
+
+    uint64_t seq = (uint64_t)json_integer_value(json_object_get(req, "seq"));
+    if (seq && seq <= nd->seq) {
+        /* A late or replayed beat says nothing newer; accept it without effect. */
+        *resp = json_pack("{s:b}", "ok", 1);
+        pthread_mutex_unlock(&r->mu);
+        return 200;
+    }
+    nd->seq = seq;
+    nd->last_beat = now;
+    absorb_report(nd, req);
+    node_state was = nd->state;
+    json_t *ready = json_object_get(req, "ready");
+    const char *reason = json_string_value(json_object_get(req, "not_ready_reason"));
+    if (json_is_true(json_object_get(req, "draining"))) {
+        nd->state = NODE_DRAINING;
+    } else if (ready && !json_is_true(ready)) {
+        nd->state = NODE_NOT_READY;
+        snprintf(nd->state_reason, sizeof nd->state_reason, "%s", reason ? reason : "self-check failed");
+    } else {
+        nd->state = NODE_READY;
+        nd->state_reason[0] = 0;
+    }
+    if (was != nd->state)
+        log_info("node %s is now %s%s%s", nd->id, node_state_name(nd->state),
+                 nd->state_reason[0] ? ": " : "", nd->state_reason);
+    /* Rotate at half life; the old token stays valid until it expires. */
+    int rotate = now - nd->token_issued >= r->cfg.token_ttl_ms / 2;
+    if (rotate && secret_equal(bearer, nd->token)) issue_token(r, nd, now);
+    *resp = json_pack("{s:b, s:I}", "ok", 1, "heartbeat_ms", (json_int_t)r->cfg.heartbeat_ms);
+    if (rotate) {
+        json_object_set_new(*resp, "node_token", json_string(nd->token));
+        json_object_set_new(*resp, "token_expires_in_ms", json_integer(nd->token_expires - now));
+    }
+    changed(r);
+    pthread_mutex_unlock(&r->mu);
+    notify(r);
+    return 200;
+}
+
+int registry_sweep(registry *r, int64_t now, char (*offline)[40], int max)
+{
+    int count = 0;
+    int64_t limit = r->cfg.heartbeat_ms * r->cfg.missed_beats;
+    pthread_mutex_lock(&r->mu);
+    for (int i = 0; i < r->n; i++) {
+        node *nd = r->nodes[i];
+        if (nd->state == NODE_OFFLINE || now - nd->last_beat <= limit) continue;
+        nd->state = NODE_OFFLINE;
+        snprintf(nd->state_reason, sizeof nd->state_reason, "no heartbeat for %lld ms",
+                 (long long)(now - nd->last_beat));
+        log_warn("node %s (%s) is offline: %s", nd->id, nd->name, nd->state_reason);
+        if (count < max) snprintf(offline[count], 40, "%s", nd->id);
+        count++;
+    }
+    if (count) changed(r);
+    pthread_mutex_unlock(&r->mu);
+    return count;
+}
+
+void registry_mark_unreachable(registry *r, const char *node_id, const char *reason)
+{
+    pthread_mutex_lock(&r->mu);
+    node *nd = find_by_id(r, node_id);
+    if (nd && nd->state == NODE_READY) {
+        nd->state = NODE_NOT_READY;
+        snprintf(nd->state_reason, sizeof nd->state_reason, "%s", reason);
+        log_warn("node %s is not ready until its next heartbeat: %s", nd->id, reason);
+    }
+    pthread_mutex_unlock(&r->mu);
+}
+
+static int excluded(const char *id, const char *const *ex, int nex)
+{
+    for (int i = 0; i < nex; i++)
+        if (ex[i] && !strcmp(ex[i], id)) return 1;
+    return 0;
+}
+
+/* Caller holds the lock. */
+static place_block try_acquire(registry *r, const char *model, const char *const *ex, int nex, node_lease *out)
+{
+    place_candidate stackc[64] = {{0}};
+    place_candidate *c = r->n <= 64 ? stackc : calloc((size_t)r->n, sizeof *c);
+    if (!c) return PLACE_BUSY;
+    for (int i = 0; i < r->n; i++) {
+        node *nd = r->nodes[i];
+        c[i] = (place_candidate){.id = nd->id, .ready = nd->state == NODE_READY,
+                                 .has_model = has_model(nd, model), .excluded = excluded(nd->id, ex, nex),
+                                 .inflight = nd->inflight, .slots = nd->slots, .free_vram = nd->free_vram};
+    }
+    int pick = placement_pick(c, (size_t)r->n);
+    place_block why = pick >= 0 ? PLACE_OK : placement_why(c, (size_t)r->n);
+    if (c != stackc) free(c);
+    if (pick < 0) return why;
+    node *nd = r->nodes[pick];
+    nd->inflight++;
+    snprintf(out->node_id, sizeof out->node_id, "%s", nd->id);
+    snprintf(out->address, sizeof out->address, "%s", nd->address);
+    snprintf(out->token, sizeof out->token, "%s", nd->token);
+    return PLACE_OK;
+}
+
+place_block registry_acquire(registry *r, const char *model, const char *const *exclude, int nexclude,
+                             node_lease *out)
+{
+    pthread_mutex_lock(&r->mu);
+    place_block b = try_acquire(r, model, exclude, nexclude, out);
+    pthread_mutex_unlock(&r->mu);
+    return b;
+}
+
+/* Requests waiting for a slot, oldest first.  A waiter may lease only when no
+ * older waiter wants the same model, so waits are first-come first-served per
+ * model without one busy model blocking the others. */
+typedef struct waiter {
+    const char *model;
+    struct waiter *next;
+} waiter;
+
+static int first_for_model(registry *r, const waiter *w)
+{
+    for (const waiter *x = r->queue; x && x != w; x = x->next)
+        if (!strcmp(x->model, w->model)) return 0;
+    return 1;
+}
+
+reg_wait registry_acquire_wait(registry *r, const char *model, const char *const *exclude, int nexclude,
+                               int64_t deadline, int max_waiters, node_lease *out)
+{
+    pthread_mutex_lock(&r->mu);
+    waiter me = {model, NULL};
+    place_block b = PLACE_BUSY;
+    if (first_for_model(r, &me)) b = try_acquire(r, model, exclude, nexclude, out);
+    if (b == PLACE_OK) { pthread_mutex_unlock(&r->mu); return REG_OK; }
+    if (b == PLACE_NO_MODEL) { pthread_mutex_unlock(&r->mu); return REG_NO_MODEL; }
+    if (b == PLACE_UNAVAILABLE && nexclude > 0) { pthread_mutex_unlock(&r->mu); return REG_EXHAUSTED; }
+    if (r->waiters >= max_waiters) { pthread_mutex_unlock(&r->mu); return REG_QUEUE_FULL; }
+    waiter **tail = &r->queue;
+    while (*tail) tail = &(*tail)->next;
+    *tail = &me;
+    r->waiters++;
+    reg_wait result = REG_TIMEOUT;
+    struct timespec ts = mono_at(deadline);
+    for (;;) {
+        if (first_for_model(r, &me)) {
+            b = try_acquire(r, model, exclude, nexclude, out);
+            if (b == PLACE_OK) { result = REG_OK; break; }
+        }
+        if (mono_ms() >= deadline) break;
+        pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+    }
+    for (waiter **pp = &r->queue; *pp; pp = &(*pp)->next)
+        if (*pp == &me) { *pp = me.next; break; }
+    r->waiters--;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    return result;
+}
+
+void registry_release(registry *r, const node_lease *l, int64_t now)
+{
+    pthread_mutex_lock(&r->mu);
+    node *nd = find_by_id(r, l->node_id);
+    if (nd && nd->inflight > 0) nd->inflight--;
+    r->drain[r->drain_i] = now;
+    r->drain_i = (r->drain_i + 1) % DRAIN_RING;
+    if (r->drain_n < DRAIN_RING) r->drain_n++;
+    changed(r);
+    pthread_mutex_unlock(&r->mu);
+    notify(r);
+}
+
+int registry_waiters(registry *r)
+{
+    pthread_mutex_lock(&r->mu);
+    int w = r->waiters;
+    pthread_mutex_unlock(&r->mu);
+    return w;
+}
+
+int registry_model_known(registry *r, const char *model)
+{
+    pthread_mutex_lock(&r->mu);
+    int known = 0;
+    for (int i = 0; i < r->n && !known; i++) known = has_model(r->nodes[i], model);
+    pthread_mutex_unlock(&r->mu);
+    return known;
+}
+
+double registry_drain_rate(registry *r, int64_t now)
+{
+    pthread_mutex_lock(&r->mu);
+    int recent = 0;
+    for (int i = 0; i < r->drain_n; i++)
+        if (now - r->drain[i] <= 60000) recent++;
+    pthread_mutex_unlock(&r->mu);
+    return recent / 60.0;
+}
+
+void registry_counts(registry *r, int counts[NODE_STATES])
+{
+    memset(counts, 0, sizeof(int) * NODE_STATES);
+    pthread_mutex_lock(&r->mu);
+    for (int i = 0; i < r->n; i++) counts[r->nodes[i]->state]++;
+    pthread_mutex_unlock(&r->mu);
+}
+
+json_t *registry_nodes_json(registry *r, int64_t now)
+{
+    json_t *arr = json_array();
+    pthread_mutex_lock(&r->mu);
+    for (int i = 0; i < r->n; i++) {
+        node *nd = r->nodes[i];
+        json_t *models = json_array();
+        for (int j = 0; j < nd->nmodels; j++) json_array_append_new(models, json_string(nd->models[j]));
+        json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:I, s:i, s:i, s:i, s:O, s:O, s:o, s:I, s:I}",
+                              "id", nd->id, "name", nd->name, "address", nd->address,
+                              "state", node_state_name(nd->state),
+                              "heartbeat_age_ms", (json_int_t)(now - nd->last_beat),
+                              "inflight", nd->inflight, "worker_inflight", nd->reported_inflight,
+                              "slots", nd->slots, "gpus", nd->gpus, "engines", nd->engines,
+                              "models", models, "free_vram_bytes", (json_int_t)nd->free_vram,
+                              "total_vram_bytes", (json_int_t)nd->total_vram);
+        if (o) {
+            json_object_set_new(o, "state_reason",
+                                nd->state_reason[0] ? json_string(nd->state_reason) : json_null());
+            json_array_append_new(arr, o);
+        }
+    }
+    pthread_mutex_unlock(&r->mu);
+    return arr;
+}
+
+json_t *registry_models_json(registry *r, int64_t now)
+{
+    (void)now;
+    json_t *data = json_array();
+    json_t *seen = json_object();
+    pthread_mutex_lock(&r->mu);
+    for (int i = 0; i < r->n; i++) {
+        node *nd = r->nodes[i];
+        if (nd->state == NODE_OFFLINE) continue;
+        for (int j = 0; j < nd->nmodels; j++) {
+            json_t *entry = json_object_get(seen, nd->models[j]);
+            if (!entry) {
+                entry = json_pack("{s:s, s:s, s:s, s:[]}", "id", nd->models[j], "object", "model",
+                                  "owned_by", "gpupool", "nodes");
+                json_object_set_new(seen, nd->models[j], entry);
+                json_array_append(data, entry);
+            }
+            json_array_append_new(json_object_get(entry, "nodes"), json_string(nd->id));
+        }
+    }
+    pthread_mutex_unlock(&r->mu);
+    json_decref(seen);
+    return json_pack("{s:s, s:o}", "object", "list", "data", data);
+}

@@ -1,0 +1,84 @@
+/* node/registry: the coordinator's live view of its workers.
+ *
+ * It admits workers (join token, address allowlist), issues node tokens bound
+ * to the machine fingerprint and the registering address, rotates them on
+ * heartbeats, tracks each node's state, GPUs, engines and models, and leases
+ * engine slots to requests.  A node missing `missed_beats` heartbeats in a
+ * row goes offline.  Callers pass `now` (CLOCK_MONOTONIC ms); the registry
+ * never reads a clock, so its rules are tested without sleeping. */
+#ifndef GPUPOOL_REGISTRY_H
+#define GPUPOOL_REGISTRY_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "node/cidr.h"
+#include "sched/placement.h"
+
+typedef enum node_state { NODE_READY, NODE_NOT_READY, NODE_DRAINING, NODE_OFFLINE, NODE_STATES } node_state;
+const char *node_state_name(node_state s);
+
+typedef struct registry_cfg {
+    const char *join_token;
+    cidr_list allow;          /* empty = any address */
+    int64_t heartbeat_ms;     /* the interval workers are told to use */
+    int missed_beats;         /* offline after this many missed (3) */
+    int64_t token_ttl_ms;     /* node tokens expire after this */
+} registry_cfg;
+
+typedef struct registry registry;
+
+typedef struct node_lease {
+    char node_id[40];
+    char address[256];
+    char token[72];
+} node_lease;
+
+registry *registry_new(const registry_cfg *cfg);
+void registry_free(registry *r);
+
+/* The control-plane calls.  Each returns an HTTP status; on 200 *resp holds
+ * the answer, otherwise why[] says what was refused (and it is logged). */
+int registry_register(registry *r, const char *bearer, json_t *req, const char *peer, int64_t now,
+                      json_t **resp, char *why, size_t whylen);
+int registry_heartbeat(registry *r, const char *bearer, json_t *req, const char *peer, int64_t now,
+                       json_t **resp, char *why, size_t whylen);
+
+/* Marks nodes offline whose heartbeats stopped; writes their ids (up to max)
+ * and returns how many went offline on this call. */
+int registry_sweep(registry *r, int64_t now, char (*offline)[40], int max);
+
+/* A failed dispatch makes the node not-ready until its next heartbeat. */
+void registry_mark_unreachable(registry *r, const char *node_id, const char *reason);
+
+typedef enum reg_wait {
+    REG_OK,
+    REG_NO_MODEL,    /* no node, live or not, serves the model */
+    REG_QUEUE_FULL,  /* too many requests already waiting */
+    REG_TIMEOUT,     /* waited until the deadline */
+    REG_EXHAUSTED,   /* every node that could serve it was excluded */
+} reg_wait;
+
+/* Leases a slot now, or says why not.  exclude lists node ids to skip. */
+place_block registry_acquire(registry *r, const char *model, const char *const *exclude, int nexclude,
+                             node_lease *out);
+/* Waits (bounded queue of at most max_waiters) until a slot is free or the
+ * deadline (monotonic ms) passes. */
+reg_wait registry_acquire_wait(registry *r, const char *model, const char *const *exclude, int nexclude,
+                               int64_t deadline, int max_waiters, node_lease *out);
+void registry_release(registry *r, const node_lease *l, int64_t now);
+/* How many requests wait for a slot right now (gives them precedence). */
+int registry_waiters(registry *r);
+/* Registers a callback run (outside the lock) whenever capacity may have
+ * appeared: a release, a registration or a heartbeat. */
+void registry_on_change(registry *r, void (*fn)(void *), void *ctx);
+
+int registry_model_known(registry *r, const char *model);
+/* Average requests/s finished over the last minute, for Retry-After. */
+double registry_drain_rate(registry *r, int64_t now);
+void registry_counts(registry *r, int counts[NODE_STATES]);
+json_t *registry_nodes_json(registry *r, int64_t now);
+/* The union of models on live nodes, OpenAI /v1/models shape. */
+json_t *registry_models_json(registry *r, int64_t now);
+
+#endif

@@ -1,0 +1,714 @@
+/* store/sqlite.c: the SQLite implementation of store.h.
+ *
+ * Owns dir/gpupool.db: its schema (versioned with PRAGMA user_version), the
+ * tasks and attempts tables, and every state transition of a task.  One
+ * connection in WAL mode with synchronous=FULL, so a committed write survives
+ * kill -9 and power loss.  A pthread mutex serialises all use of the
+ * connection and of its prepared statements; a transition that reads before it
+ * writes runs inside one BEGIN IMMEDIATE transaction under that mutex, so it is
+ * atomic and race-free.  Attempt rows are "open" while their outcome is NULL. */
+#include "store/store.h"
+#include "util/clock.h"
+#include "util/log.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define SCHEMA_VERSION 1
+#define BUSY_TIMEOUT_MS 5000
+
+enum { Q_QUEUED, Q_RUNNING, Q_SUCCEEDED, Q_FAILED, Q_CANCELED };
+static const char *const STATUS[5] = {"queued", "running", "succeeded", "failed", "canceled"};
+
+static const char SCHEMA[] =
+    "CREATE TABLE IF NOT EXISTS tasks("
+    " id TEXT PRIMARY KEY NOT NULL,"
+    " type TEXT NOT NULL,"
+    " model TEXT NOT NULL,"
+    " priority INTEGER NOT NULL DEFAULT 0,"
+    " status TEXT NOT NULL"
+    "  CHECK(status IN ('queued','running','succeeded','failed','canceled')),"
+    " node TEXT,"
+    " attempts INTEGER NOT NULL DEFAULT 0,"
+    " max_attempts INTEGER NOT NULL DEFAULT 1,"
+    " input_json TEXT NOT NULL,"
+    " result_json TEXT,"
+    " error_code TEXT,"
+    " error_message TEXT,"
+    " idem_key TEXT UNIQUE," /* NULLs never collide */
+    " body_hash TEXT,"
+    " created_ms INTEGER NOT NULL,"
+    " started_ms INTEGER NOT NULL DEFAULT 0,"
+    " finished_ms INTEGER NOT NULL DEFAULT 0);"
+    /* rowid is implicitly the last column of every index, so this one gives
+     * the full dispatch order (status, priority DESC, created_ms, rowid). */
+    "CREATE INDEX IF NOT EXISTS tasks_dispatch ON tasks(status, priority DESC, created_ms ASC);"
+    "CREATE INDEX IF NOT EXISTS tasks_created ON tasks(created_ms);"
+    "CREATE TABLE IF NOT EXISTS attempts("
+    " task_id TEXT NOT NULL REFERENCES tasks(id) ON DELETE CASCADE,"
+    " attempt INTEGER NOT NULL,"
+    " node TEXT NOT NULL,"
+    " started_ms INTEGER NOT NULL,"
+    " ended_ms INTEGER NOT NULL DEFAULT 0,"
+    " outcome TEXT," /* NULL while the attempt is open */
+    " message TEXT,"
+    " PRIMARY KEY(task_id, attempt)) WITHOUT ROWID;";
+
+#define TASK_COLS                                                                   \
+    "SELECT id,type,model,status,node,input_json,result_json,error_code,error_message," \
+    "priority,attempts,max_attempts,created_ms,started_ms,finished_ms FROM tasks "
+
+enum {
+    ST_BEGIN, ST_COMMIT, ST_ROLLBACK, ST_INSERT, ST_IDEM, ST_GET, ST_STATE, ST_LIST,
+    ST_LIST_STATUS, ST_NEXT, ST_CLAIM, ST_ATT_NEW, ST_FINISH, ST_ATT_END, ST_ATT_CLOSE,
+    ST_REQUEUE, ST_CANCEL, ST_RQ_ATT, ST_RQ_ALL, ST_COUNTS, ST_ATTEMPTS, ST_N
+};
+
+static const char *const SQL[ST_N] = {
+    [ST_BEGIN] = "BEGIN IMMEDIATE",
+    [ST_COMMIT] = "COMMIT",
+    [ST_ROLLBACK] = "ROLLBACK",
+    [ST_INSERT] = "INSERT INTO tasks(id,type,model,priority,status,attempts,max_attempts,"
+                  "input_json,idem_key,body_hash,created_ms) "
+                  "VALUES(?1,?2,?3,?4,'queued',0,?5,?6,?7,?8,?9)",
+    [ST_IDEM] = "SELECT id, body_hash FROM tasks WHERE idem_key=?1",
+    [ST_GET] = TASK_COLS "WHERE id=?1",
+    [ST_STATE] = "SELECT status, attempts FROM tasks WHERE id=?1",
+    [ST_LIST] = TASK_COLS "ORDER BY created_ms DESC, rowid DESC LIMIT ?1",
+    [ST_LIST_STATUS] = TASK_COLS "WHERE status=?2 ORDER BY created_ms DESC, rowid DESC LIMIT ?1",
+    [ST_NEXT] = "SELECT id FROM tasks WHERE status='queued' "
+                "ORDER BY priority DESC, created_ms ASC, rowid ASC LIMIT ?1",
+    [ST_CLAIM] = "UPDATE tasks SET status='running', node=?2, attempts=attempts+1, "
+                 "started_ms=?3 WHERE id=?1",
+    [ST_ATT_NEW] = "INSERT INTO attempts(task_id,attempt,node,started_ms) VALUES(?1,?2,?3,?4)",
+    /* The task's node becomes the node of the attempt that finished it. */
+    [ST_FINISH] = "UPDATE tasks SET status=?2, result_json=?3, error_code=?4, error_message=?5,"
+                  " finished_ms=?6, node=COALESCE((SELECT node FROM attempts"
+                  " WHERE task_id=?1 AND attempt=?7), node) WHERE id=?1",
+    [ST_ATT_END] = "UPDATE attempts SET ended_ms=?3, outcome=?4, message=?5 "
+                   "WHERE task_id=?1 AND attempt=?2",
+    [ST_ATT_CLOSE] = "UPDATE attempts SET ended_ms=?2, outcome=?3, message=?4 "
+                     "WHERE task_id=?1 AND outcome IS NULL",
+    [ST_REQUEUE] = "UPDATE tasks SET status='queued', node=NULL, error_code=?2, "
+                   "error_message=?3 WHERE id=?1",
+    [ST_CANCEL] = "UPDATE tasks SET status='canceled', finished_ms=?2 WHERE id=?1",
+    [ST_RQ_ATT] = "UPDATE attempts SET ended_ms=?1, outcome='coordinator_restart', message=?2 "
+                  "WHERE outcome IS NULL AND task_id IN (SELECT id FROM tasks WHERE status='running')",
+    [ST_RQ_ALL] = "UPDATE tasks SET status='queued', node=NULL, error_code='coordinator_restart',"
+                  " error_message=?1 WHERE status='running'",
+    [ST_COUNTS] = "SELECT status, count(*) FROM tasks GROUP BY status",
+    [ST_ATTEMPTS] = "SELECT attempt,node,started_ms,ended_ms,outcome,message FROM attempts "
+                    "WHERE task_id=?1 ORDER BY attempt",
+};
+
+static const char RESTART_MSG[] = "the coordinator restarted while the attempt was running";
+
+struct store {
+    sqlite3 *db;
+    pthread_mutex_t mu;
+    sqlite3_stmt *st[ST_N];
+    char err[512];
+};
+
+/* ---- small helpers ------------------------------------------------------ */
+
+static void fmt_err(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void fmt_err(char *err, size_t errlen, const char *fmt, ...) {
+    if (!err || !errlen) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    for (char *p = err; *p; p++) /* keep it one line */
+        if (*p == '\n' || *p == '\r') *p = ' ';
+}
+
+/* Records the connection's last error as "what: message"; returns STORE_ERR. */
+static int db_err(store *s, const char *what) {
+    fmt_err(s->err, sizeof s->err, "%s: %s", what, sqlite3_errmsg(s->db));
+    return STORE_ERR;
+}
+
+/* A prepared statement, reset and with its bindings cleared. */
+static sqlite3_stmt *ps(store *s, int k) {
+    sqlite3_stmt *st = s->st[k];
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    return st;
+}
+
+/* Binds text, or NULL when v is NULL.  Strings must outlive the step. */
+static void bt(sqlite3_stmt *st, int i, const char *v) {
+    if (v) sqlite3_bind_text(st, i, v, -1, SQLITE_STATIC);
+    else sqlite3_bind_null(st, i);
+}
+
+/* Steps a statement to completion, ignoring rows; resets it afterwards. */
+static int run_st(store *s, sqlite3_stmt *st, const char *what) {
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {}
+    if (rc != SQLITE_DONE) db_err(s, what);
+    sqlite3_reset(st);
+    return rc == SQLITE_DONE ? STORE_OK : STORE_ERR;
+}
+
+static char *col_dup(sqlite3_stmt *st, int i) {
+    const unsigned char *t = sqlite3_column_text(st, i);
+    return t ? strdup((const char *)t) : NULL;
+}
+
+static int status_index(const char *st) {
+    for (int i = 0; st && i < 5; i++)
+        if (strcmp(st, STATUS[i]) == 0) return i;
+    return -1;
+}
+
+static int same_str(const char *a, const char *b) {
+    return (!a && !b) || (a && b && strcmp(a, b) == 0);
+}
+
+static int begin(store *s) {
+    return run_st(s, ps(s, ST_BEGIN), "begin transaction");
+}
+
+/* Commits unless rc is STORE_ERR (then rolls back); returns the final rc. */
+static int end_tx(store *s, int rc) {
+    if (rc != STORE_ERR) {
+        if (run_st(s, ps(s, ST_COMMIT), "commit") == STORE_OK) return rc;
+        rc = STORE_ERR;
+    }
+    sqlite3_stmt *st = ps(s, ST_ROLLBACK); /* keeps s->err: no db_err here */
+    sqlite3_step(st);
+    sqlite3_reset(st);
+    return rc;
+}
+
+/* Inside a transaction: a task's status index and attempt count. */
+static int task_state(store *s, const char *id, int *status, int *attempts) {
+    sqlite3_stmt *st = ps(s, ST_STATE);
+    bt(st, 1, id);
+    int rc = sqlite3_step(st), out = STORE_OK;
+    if (rc == SQLITE_ROW) {
+        *status = status_index((const char *)sqlite3_column_text(st, 0));
+        *attempts = sqlite3_column_int(st, 1);
+    } else if (rc == SQLITE_DONE) {
+        out = STORE_NOT_FOUND;
+    } else {
+        out = db_err(s, "read task state");
+    }
+    sqlite3_reset(st);
+    return out;
+}
+
+/* Sets an attempt row's outcome (task_id, attempt, ended, outcome, message). */
+static int end_attempt(store *s, const char *id, int attempt, int64_t ended,
+                       const char *outcome, const char *message) {
+    sqlite3_stmt *st = ps(s, ST_ATT_END);
+    bt(st, 1, id);
+    sqlite3_bind_int(st, 2, attempt);
+    sqlite3_bind_int64(st, 3, ended);
+    bt(st, 4, outcome);
+    bt(st, 5, message);
+    return run_st(s, st, "record attempt outcome");
+}
+
+/* Closes every attempt of the task that is still open. */
+static int close_open_attempts(store *s, const char *id, int64_t ended, const char *outcome,
+                               const char *message) {
+    sqlite3_stmt *st = ps(s, ST_ATT_CLOSE);
+    bt(st, 1, id);
+    sqlite3_bind_int64(st, 2, ended);
+    bt(st, 3, outcome);
+    bt(st, 4, message);
+    return run_st(s, st, "close open attempts");
+}
+
+/* ---- open / close ------------------------------------------------------- */
+
+/* mkdir -p with mode 0700 for the directories it creates. */
+static int mkdir_p(const char *dir, char *err, size_t errlen) {
+    char *p = strdup(dir);
+    if (!p) {
+        fmt_err(err, errlen, "store: out of memory");
+        return -1;
+    }
+    for (char *c = p + 1;; c++) {
+        if (*c != '/' && *c != '\0') continue;
+        char save = *c;
+        *c = '\0';
+        if (mkdir(p, 0700) != 0 && errno != EEXIST) {
+            fmt_err(err, errlen, "store: cannot create directory %s: %s", p, strerror(errno));
+            free(p);
+            return -1;
+        }
+        *c = save;
+        if (!save) break;
+    }
+    free(p);
+    struct stat sb;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+        fmt_err(err, errlen, "store: %s is not a directory", dir);
+        return -1;
+    }
+    return 0;
+}
+
+/* Runs a single-row statement and copies its first column as text. */
+static int query_text(sqlite3 *db, const char *sql, char *out, size_t outlen) {
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
+    if (rc == SQLITE_OK) {
+        rc = sqlite3_step(st);
+        if (rc == SQLITE_ROW) {
+            const unsigned char *t = sqlite3_column_text(st, 0);
+            snprintf(out, outlen, "%s", t ? (const char *)t : "");
+            rc = SQLITE_OK;
+        } else if (rc == SQLITE_DONE) {
+            out[0] = '\0';
+            rc = SQLITE_OK;
+        }
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* Pragmas, schema and statements; on failure writes err and returns -1. */
+static int setup(store *s, const char *path, char *err, size_t errlen) {
+    char val[64];
+    const char *step = "set journal mode";
+    if (query_text(s->db, "PRAGMA journal_mode=WAL", val, sizeof val) != SQLITE_OK) goto fail;
+    if (strcmp(val, "wal") != 0)
+        log_warn("store: %s: journal mode is %s, not wal", path, val);
+    step = "configure";
+    if (sqlite3_exec(s->db, "PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;", NULL, NULL,
+                     NULL) != SQLITE_OK)
+        goto fail;
+    step = "read schema version";
+    if (query_text(s->db, "PRAGMA user_version", val, sizeof val) != SQLITE_OK) goto fail;
+    long ver = strtol(val, NULL, 10);
+    if (ver > SCHEMA_VERSION) {
+        fmt_err(err, errlen, "store: %s has schema version %ld, newer than this gpupool's %d",
+                path, ver, SCHEMA_VERSION);
+        return -1;
+    }
+    if (ver < SCHEMA_VERSION) {
+        char sql[sizeof SCHEMA + 96];
+        snprintf(sql, sizeof sql, "BEGIN IMMEDIATE; %s PRAGMA user_version=%d; COMMIT;", SCHEMA,
+                 SCHEMA_VERSION);
+        step = "create schema";
+        if (sqlite3_exec(s->db, sql, NULL, NULL, NULL) != SQLITE_OK) {
+            fmt_err(err, errlen, "store: %s: %s: %s", path, step, sqlite3_errmsg(s->db));
+            sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+            return -1;
+        }
+    }
+    step = "prepare statements";
+    for (int i = 0; i < ST_N; i++)
+        if (sqlite3_prepare_v3(s->db, SQL[i], -1, SQLITE_PREPARE_PERSISTENT, &s->st[i], NULL) !=
+            SQLITE_OK)
+            goto fail;
+    return 0;
+fail:
+    fmt_err(err, errlen, "store: %s: %s: %s", path, step, sqlite3_errmsg(s->db));
+    return -1;
+}
+
+store *store_open(const char *dir, char *err, size_t errlen) {
+    if (err && errlen) err[0] = '\0';
+    if (!dir || !*dir) {
+        fmt_err(err, errlen, "store: no data directory given");
+        return NULL;
+    }
+    if (mkdir_p(dir, err, errlen) != 0) return NULL;
+    size_t n = strlen(dir) + sizeof "/gpupool.db";
+    char *path = malloc(n);
+    store *s = calloc(1, sizeof *s);
+    if (!path || !s) {
+        fmt_err(err, errlen, "store: out of memory");
+        free(path);
+        free(s);
+        return NULL;
+    }
+    snprintf(path, n, "%s/gpupool.db", dir);
+    pthread_mutex_init(&s->mu, NULL);
+    int rc = sqlite3_open_v2(path, &s->db,
+                             SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
+    if (rc != SQLITE_OK) {
+        fmt_err(err, errlen, "store: open %s: %s", path,
+                s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
+        goto fail;
+    }
+    sqlite3_busy_timeout(s->db, BUSY_TIMEOUT_MS);
+    if (setup(s, path, err, errlen) != 0) goto fail;
+    free(path);
+    return s;
+fail:
+    free(path);
+    store_close(s);
+    return NULL;
+}
+
+void store_close(store *s) {
+    if (!s) return;
+    for (int i = 0; i < ST_N; i++) sqlite3_finalize(s->st[i]);
+    sqlite3_close(s->db);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+const char *store_errmsg(store *s) {
+    return s ? s->err : "store: no store";
+}
+
+/* ---- tasks -------------------------------------------------------------- */
+
+int store_task_insert(store *s, const task_new *t, char existing_id[64]) {
+    if (!s || !t) return STORE_ERR;
+    pthread_mutex_lock(&s->mu);
+    int rc = begin(s);
+    if (rc == STORE_OK && t->idem_key) {
+        sqlite3_stmt *st = ps(s, ST_IDEM);
+        bt(st, 1, t->idem_key);
+        int r = sqlite3_step(st);
+        if (r == SQLITE_ROW) {
+            const char *hash = (const char *)sqlite3_column_text(st, 1);
+            rc = same_str(hash, t->body_hash) ? STORE_DUPLICATE : STORE_CONFLICT;
+            if (existing_id)
+                snprintf(existing_id, 64, "%s", (const char *)sqlite3_column_text(st, 0));
+        } else if (r != SQLITE_DONE) {
+            rc = db_err(s, "look up idempotency key");
+        }
+        sqlite3_reset(st);
+    }
+    if (rc == STORE_OK) {
+        sqlite3_stmt *st = ps(s, ST_INSERT);
+        bt(st, 1, t->id);
+        bt(st, 2, t->type);
+        bt(st, 3, t->model);
+        sqlite3_bind_int(st, 4, t->priority);
+        sqlite3_bind_int(st, 5, t->max_attempts);
+        bt(st, 6, t->input_json);
+        bt(st, 7, t->idem_key);
+        bt(st, 8, t->body_hash);
+        sqlite3_bind_int64(st, 9, t->created_ms);
+        rc = run_st(s, st, "insert task");
+    }
+    rc = end_tx(s, rc);
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+/* The owned strings of a task_rec, in TASK_COLS order. */
+#define REC_STRS(t)                                                                      \
+    {&(t)->id, &(t)->type, &(t)->model, &(t)->status, &(t)->node, &(t)->input_json,      \
+     &(t)->result_json, &(t)->error_code, &(t)->error_message}
+
+static void row_to_rec(sqlite3_stmt *st, task_rec *t) {
+    char **strs[] = REC_STRS(t);
+    for (int i = 0; i < 9; i++) *strs[i] = col_dup(st, i);
+    t->priority = sqlite3_column_int(st, 9);
+    t->attempts = sqlite3_column_int(st, 10);
+    t->max_attempts = sqlite3_column_int(st, 11);
+    t->created_ms = sqlite3_column_int64(st, 12);
+    t->started_ms = sqlite3_column_int64(st, 13);
+    t->finished_ms = sqlite3_column_int64(st, 14);
+}
+
+int store_task_get(store *s, const char *id, task_rec *out) {
+    if (out) memset(out, 0, sizeof *out);
+    if (!s || !out) return STORE_ERR;
+    if (!id) return STORE_NOT_FOUND;
+    pthread_mutex_lock(&s->mu);
+    sqlite3_stmt *st = ps(s, ST_GET);
+    bt(st, 1, id);
+    int r = sqlite3_step(st), rc = STORE_OK;
+    if (r == SQLITE_ROW) row_to_rec(st, out);
+    else if (r == SQLITE_DONE) rc = STORE_NOT_FOUND;
+    else rc = db_err(s, "get task");
+    sqlite3_reset(st);
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+void task_rec_free(task_rec *t) {
+    if (!t) return;
+    char **strs[] = REC_STRS(t);
+    for (int i = 0; i < 9; i++) free(*strs[i]);
+    memset(t, 0, sizeof *t);
+}
+
+static json_t *jstr(const char *v) {
+    json_t *j = v ? json_string(v) : NULL;
+    return j ? j : json_null();
+}
+
+static json_t *jms(int64_t v) {
+    return v ? json_integer(v) : json_null();
+}
+
+json_t *store_task_json(const task_rec *t) {
+    if (!t) return NULL;
+    json_t *o = json_object();
+    if (!o) return NULL;
+    json_object_set_new(o, "id", jstr(t->id));
+    json_object_set_new(o, "object", json_string("task"));
+    json_object_set_new(o, "type", jstr(t->type));
+    json_object_set_new(o, "model", jstr(t->model));
+    json_object_set_new(o, "priority", json_integer(t->priority));
+    json_object_set_new(o, "status", jstr(t->status));
+    json_object_set_new(o, "attempts", json_integer(t->attempts));
+    json_object_set_new(o, "max_attempts", json_integer(t->max_attempts));
+    json_object_set_new(o, "node", jstr(t->node));
+    json_object_set_new(o, "created_at", json_integer(t->created_ms));
+    json_object_set_new(o, "started_at", jms(t->started_ms));
+    json_object_set_new(o, "finished_at", jms(t->finished_ms));
+    json_object_set_new(o, "queued_ms",
+                        t->started_ms ? json_integer(t->started_ms - t->created_ms) : json_null());
+    json_object_set_new(o, "run_ms", t->started_ms && t->finished_ms
+                                         ? json_integer(t->finished_ms - t->started_ms)
+                                         : json_null());
+    json_t *result = t->result_json ? json_loads(t->result_json, JSON_DECODE_ANY, NULL) : NULL;
+    json_object_set_new(o, "result", result ? result : json_null());
+    json_t *error = json_null();
+    if (t->error_code) {
+        error = json_object();
+        json_object_set_new(error, "code", jstr(t->error_code));
+        json_object_set_new(error, "message", json_string(t->error_message ? t->error_message : ""));
+    }
+    json_object_set_new(o, "error", error);
+    return o;
+}
+
+json_t *store_task_list(store *s, const char *status, int limit) {
+    if (!s) return NULL;
+    if (limit < 1) limit = 1;
+    if (limit > 1000) limit = 1000;
+    json_t *arr = json_array();
+    if (!arr) return NULL;
+    pthread_mutex_lock(&s->mu);
+    sqlite3_stmt *st = ps(s, status ? ST_LIST_STATUS : ST_LIST);
+    sqlite3_bind_int(st, 1, limit);
+    if (status) bt(st, 2, status);
+    int r;
+    while ((r = sqlite3_step(st)) == SQLITE_ROW) {
+        task_rec t = {0};
+        row_to_rec(st, &t);
+        json_array_append_new(arr, store_task_json(&t));
+        task_rec_free(&t);
+    }
+    if (r != SQLITE_DONE) {
+        db_err(s, "list tasks");
+        json_decref(arr);
+        arr = NULL;
+    }
+    sqlite3_reset(st);
+    pthread_mutex_unlock(&s->mu);
+    return arr;
+}
+
+int store_task_next_queued(store *s, char (*ids)[64], int max) {
+    if (!s) return STORE_ERR;
+    if (!ids || max <= 0) return 0;
+    pthread_mutex_lock(&s->mu);
+    sqlite3_stmt *st = ps(s, ST_NEXT);
+    sqlite3_bind_int(st, 1, max);
+    int n = 0, r = SQLITE_DONE;
+    while (n < max && (r = sqlite3_step(st)) == SQLITE_ROW)
+        snprintf(ids[n++], 64, "%s", (const char *)sqlite3_column_text(st, 0));
+    if (n < max && r != SQLITE_DONE) n = db_err(s, "next queued tasks");
+    sqlite3_reset(st);
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+int store_task_claim(store *s, const char *id, const char *node, int64_t now_ms, int *attempt) {
+    if (!s) return STORE_ERR;
+    if (!id) return STORE_NOT_FOUND;
+    pthread_mutex_lock(&s->mu);
+    int status = -1, attempts = 0;
+    int rc = begin(s);
+    if (rc == STORE_OK) rc = task_state(s, id, &status, &attempts);
+    if (rc == STORE_OK && status != Q_QUEUED) rc = STORE_STALE;
+    if (rc == STORE_OK) {
+        sqlite3_stmt *st = ps(s, ST_CLAIM);
+        bt(st, 1, id);
+        bt(st, 2, node);
+        sqlite3_bind_int64(st, 3, now_ms);
+        rc = run_st(s, st, "claim task");
+    }
+    if (rc == STORE_OK) {
+        sqlite3_stmt *st = ps(s, ST_ATT_NEW);
+        bt(st, 1, id);
+        sqlite3_bind_int(st, 2, attempts + 1);
+        bt(st, 3, node);
+        sqlite3_bind_int64(st, 4, now_ms);
+        rc = run_st(s, st, "record attempt");
+    }
+    rc = end_tx(s, rc);
+    if (rc == STORE_OK && attempt) *attempt = attempts + 1;
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+/* Writes a final outcome once: the task must be queued or running and
+ * attempt must be one it has made.  Other open attempts are superseded. */
+static int finish(store *s, const char *id, int attempt, int status, const char *result,
+                  const char *code, const char *message, int64_t now_ms) {
+    if (!s) return STORE_ERR;
+    if (!id) return STORE_NOT_FOUND;
+    pthread_mutex_lock(&s->mu);
+    int cur = -1, attempts = 0;
+    int rc = begin(s);
+    if (rc == STORE_OK) rc = task_state(s, id, &cur, &attempts);
+    if (rc == STORE_OK && ((cur != Q_QUEUED && cur != Q_RUNNING) || attempt < 1 ||
+                           attempt > attempts))
+        rc = STORE_STALE;
+    if (rc == STORE_OK) {
+        sqlite3_stmt *st = ps(s, ST_FINISH);
+        bt(st, 1, id);
+        bt(st, 2, STATUS[status]);
+        bt(st, 3, result);
+        bt(st, 4, code);
+        bt(st, 5, message);
+        sqlite3_bind_int64(st, 6, now_ms);
+        sqlite3_bind_int(st, 7, attempt);
+        rc = run_st(s, st, "finish task");
+    }
+    if (rc == STORE_OK)
+        rc = end_attempt(s, id, attempt, now_ms, status == Q_SUCCEEDED ? "succeeded" : code,
+                         status == Q_SUCCEEDED ? NULL : message);
+    if (rc == STORE_OK) {
+        char why[64];
+        snprintf(why, sizeof why, "attempt %d finished the task first", attempt);
+        rc = close_open_attempts(s, id, now_ms, "superseded", why);
+    }
+    rc = end_tx(s, rc);
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+int store_task_succeed(store *s, const char *id, int attempt, const char *result_json,
+                       int64_t now_ms) {
+    return finish(s, id, attempt, Q_SUCCEEDED, result_json, NULL, NULL, now_ms);
+}
+
+int store_task_fail(store *s, const char *id, int attempt, const char *code, const char *message,
+                    int64_t now_ms) {
+    return finish(s, id, attempt, Q_FAILED, NULL, code ? code : "failed", message, now_ms);
+}
+
+int store_task_requeue(store *s, const char *id, int attempt, const char *code,
+                       const char *message) {
+    if (!s) return STORE_ERR;
+    if (!id) return STORE_NOT_FOUND;
+    if (!code) code = "requeued";
+    pthread_mutex_lock(&s->mu);
+    int cur = -1, attempts = 0;
+    int rc = begin(s);
+    if (rc == STORE_OK) rc = task_state(s, id, &cur, &attempts);
+    if (rc == STORE_OK && (cur != Q_RUNNING || attempts != attempt)) rc = STORE_STALE;
+    if (rc == STORE_OK) {
+        sqlite3_stmt *st = ps(s, ST_REQUEUE);
+        bt(st, 1, id);
+        bt(st, 2, code);
+        bt(st, 3, message);
+        rc = run_st(s, st, "requeue task");
+    }
+    if (rc == STORE_OK) rc = end_attempt(s, id, attempt, wall_ms(), code, message);
+    rc = end_tx(s, rc);
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+int store_task_cancel(store *s, const char *id, int64_t now_ms) {
+    if (!s) return STORE_ERR;
+    if (!id) return STORE_NOT_FOUND;
+    pthread_mutex_lock(&s->mu);
+    int cur = -1, attempts = 0;
+    int rc = begin(s);
+    if (rc == STORE_OK) rc = task_state(s, id, &cur, &attempts);
+    if (rc == STORE_OK && cur != Q_QUEUED && cur != Q_RUNNING) rc = STORE_STALE;
+    if (rc == STORE_OK) {
+        sqlite3_stmt *st = ps(s, ST_CANCEL);
+        bt(st, 1, id);
+        sqlite3_bind_int64(st, 2, now_ms);
+        rc = run_st(s, st, "cancel task");
+    }
+    if (rc == STORE_OK) rc = close_open_attempts(s, id, now_ms, "canceled", "the task was canceled");
+    rc = end_tx(s, rc);
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+int store_requeue_running(store *s) {
+    if (!s) return STORE_ERR;
+    pthread_mutex_lock(&s->mu);
+    int n = 0;
+    int rc = begin(s);
+    if (rc == STORE_OK) {
+        sqlite3_stmt *st = ps(s, ST_RQ_ATT); /* before the tasks leave 'running' */
+        sqlite3_bind_int64(st, 1, wall_ms());
+        bt(st, 2, RESTART_MSG);
+        rc = run_st(s, st, "close attempts at restart");
+    }
+    if (rc == STORE_OK) {
+        sqlite3_stmt *st = ps(s, ST_RQ_ALL);
+        bt(st, 1, RESTART_MSG);
+        rc = run_st(s, st, "requeue running tasks");
+        n = sqlite3_changes(s->db);
+    }
+    rc = end_tx(s, rc);
+    pthread_mutex_unlock(&s->mu);
+    return rc == STORE_OK ? n : rc;
+}
+
+int store_task_counts(store *s, int64_t counts[5]) {
+    if (!s || !counts) return STORE_ERR;
+    for (int i = 0; i < 5; i++) counts[i] = 0;
+    pthread_mutex_lock(&s->mu);
+    sqlite3_stmt *st = ps(s, ST_COUNTS);
+    int r, rc = STORE_OK;
+    while ((r = sqlite3_step(st)) == SQLITE_ROW) {
+        int i = status_index((const char *)sqlite3_column_text(st, 0));
+        if (i >= 0) counts[i] = sqlite3_column_int64(st, 1);
+    }
+    if (r != SQLITE_DONE) rc = db_err(s, "count tasks");
+    sqlite3_reset(st);
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+json_t *store_task_attempts(store *s, const char *id) {
+    if (!s) return NULL;
+    json_t *arr = json_array();
+    if (!arr || !id) return arr;
+    pthread_mutex_lock(&s->mu);
+    sqlite3_stmt *st = ps(s, ST_ATTEMPTS);
+    bt(st, 1, id);
+    int r;
+    while ((r = sqlite3_step(st)) == SQLITE_ROW) {
+        json_t *a = json_object();
+        json_object_set_new(a, "attempt", json_integer(sqlite3_column_int(st, 0)));
+        json_object_set_new(a, "node", jstr((const char *)sqlite3_column_text(st, 1)));
+        json_object_set_new(a, "started_at", json_integer(sqlite3_column_int64(st, 2)));
+        json_object_set_new(a, "ended_at", jms(sqlite3_column_int64(st, 3)));
+        json_object_set_new(a, "outcome", jstr((const char *)sqlite3_column_text(st, 4)));
+        json_object_set_new(a, "message", jstr((const char *)sqlite3_column_text(st, 5)));
+        json_array_append_new(arr, a);
+    }
+    if (r != SQLITE_DONE) {
+        db_err(s, "list attempts");
+        json_decref(arr);
+        arr = NULL;
+    }
+    sqlite3_reset(st);
+    pthread_mutex_unlock(&s->mu);
+    return arr;
+}

@@ -1,0 +1,13 @@
+/* worker/frontdoor: the worker's HTTP entrance.  Only the coordinator, holding
+ * this node's token, may send work.  Before forwarding, the worker checks
+ * itself: an engine is up and has the model; otherwise it answers 503 with
+ * code "not_ready" so the coordinator tries another node at once. */
+#ifndef GPUPOOL_FRONTDOOR_H
+#define GPUPOOL_FRONTDOOR_H
+
+#include "http/server.h"
+
+/* app is the worker (worker/agent.h). */
+void frontdoor_handle(http_req *req, void *app);
+
+#endif
