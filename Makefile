@@ -26,24 +26,30 @@ all: $(B)/gpupool
 deps:
 	@scripts/deps.sh
 
+Q := $(if $(V),,@)
+
 $(B)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(BASEFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
+	@$(if $(V),,echo "  CC    $<")
+	$(Q)$(CC) $(BASEFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
 
 $(B)/libgpupool.a: $(OBJ)
 	@rm -f $@
-	ar rcs $@ $^
+	$(Q)ar rcs $@ $^
 
 $(B)/gpupool: $(B)/obj/src/main.o $(B)/libgpupool.a
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+	@$(if $(V),,echo "  LINK  $@")
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 $(B)/tests/%: tests/unit/%.c $(B)/libgpupool.a
 	@mkdir -p $(dir $@)
-	$(CC) $(BASEFLAGS) $(CFLAGS) -Itests -o $@ $< $(B)/libgpupool.a $(LDLIBS) -lcmocka
+	@$(if $(V),,echo "  TEST  $@")
+	$(Q)$(CC) $(BASEFLAGS) $(CFLAGS) -Itests -o $@ $< $(B)/libgpupool.a $(LDLIBS) -lcmocka
 
 $(B)/e2e/%: tests/e2e/%.c $(E2E_LIB) tests/e2e/harness.h $(B)/libgpupool.a
 	@mkdir -p $(dir $@)
-	$(CC) $(BASEFLAGS) $(CFLAGS) -Itests -o $@ $< $(E2E_LIB) $(B)/libgpupool.a $(LDLIBS) -lcmocka
+	@$(if $(V),,echo "  E2E   $@")
+	$(Q)$(CC) $(BASEFLAGS) $(CFLAGS) -Itests -o $@ $< $(E2E_LIB) $(B)/libgpupool.a $(LDLIBS) -lcmocka
 
 unit: $(UNIT_BIN)
 e2e: $(E2E_BIN)

@@ -106,50 +106,39 @@ void api_openai_proxy(coord *c, http_req *req, int kind)
         http_call_opts o = {.method = "POST", .url = url, .body = raw, .body_len = len,
                             .bearer = lease.token, .timeout_ms = stream ? 0 : c->cfg.upstream_timeout_ms,
                             .idle_timeout_ms = stream ? c->cfg.upstream_timeout_ms : 0};
-        long status;
-        if (stream) {
-            lease_hold *h = malloc(sizeof *h);
-            h->reg = c->reg;
-            h->lease = lease;
-            relay *r = relay_start(&o, release_on_finish, h);
-            if (!r) { registry_release(c->reg, &lease, mono_ms()); free(h); break; }
-            status = relay_wait(r, 0);
-            if (status == 200) {
-                http_set_header(req, "X-Gpupool-Node", lease.node_id);
-                http_set_header(req, "X-Gpupool-Route", "local");
-                relay_to_client(r, req, 200);
-                return;
-            }
-            if (status == 0) {
-                snprintf(last_error, sizeof last_error, "%s: %s", lease.node_id, relay_error(r));
-                registry_mark_unreachable(c->reg, lease.node_id, relay_error(r));
-                relay_abandon(r);
-            } else {
-                size_t blen;
-                char ctype[128];
-                snprintf(ctype, sizeof ctype, "%s", relay_content_type(r));
-                char *b = relay_collect(r, 1 << 20, &blen);
-                if (!(status == 503 && says_not_ready(b))) {
-                    answer_as_is(req, status, ctype, b, blen, &lease);
-                    free(b);
-                    return;
-                }
-                snprintf(last_error, sizeof last_error, "%s: not ready", lease.node_id);
-                free(b);
-            }
+        lease_hold *h = malloc(sizeof *h);
+        h->reg = c->reg;
+        h->lease = lease;
+        relay *r = relay_start(&o, release_on_finish, h);
+        if (!r) { registry_release(c->reg, &lease, mono_ms()); free(h); break; }
+        long status = relay_wait(r, 0, req);
+        if (status == 0 && http_req_client_gone(req)) {
+            relay_abandon(r);
+            api_error(req, 499, "invalid_request_error", "client_closed", NULL, "the client left");
+            return;
+        }
+        if (status == 200) {
+            http_set_header(req, "X-Gpupool-Node", lease.node_id);
+            http_set_header(req, "X-Gpupool-Route", "local");
+            relay_to_client(r, req, 200);
+            return;
+        }
+        if (status == 0) {
+            snprintf(last_error, sizeof last_error, "%s: %s", lease.node_id, relay_error(r));
+            registry_mark_unreachable(c->reg, lease.node_id, relay_error(r));
+            relay_abandon(r);
         } else {
-            http_result res;
-            http_call(&o, &res);
-            registry_release(c->reg, &lease, mono_ms());
-            status = res.status;
-            if (status && !(status == 503 && says_not_ready(res.body))) {
-                answer_as_is(req, status, res.content_type, res.body, res.body_len, &lease);
-                http_result_free(&res);
+            size_t blen;
+            char ctype[128];
+            snprintf(ctype, sizeof ctype, "%s", relay_content_type(r));
+            char *b = relay_collect(r, 1 << 20, &blen);
+            if (!(status == 503 && says_not_ready(b))) {
+                answer_as_is(req, status, ctype, b, blen, &lease);
+                free(b);
                 return;
             }
-            snprintf(last_error, sizeof last_error, "%s: %s", lease.node_id, status ? "not ready" : res.error);
-            if (!status) registry_mark_unreachable(c->reg, lease.node_id, res.error);
-            http_result_free(&res);
+            snprintf(last_error, sizeof last_error, "%s: not ready", lease.node_id);
+            free(b);
         }
         log_warn("request for %s: node %s failed before answering (%s); trying another", model,
                  lease.node_id, last_error);

@@ -12,6 +12,7 @@
 #include "api/coord.h"
 #include "cmd/cmd.h"
 #include "http/client.h"
+#include "http/relay.h"
 #include "util/clock.h"
 #include "util/ids.h"
 #include "util/log.h"
@@ -235,6 +236,7 @@ int cmd_serve(int argc0, char **argv0)
     }
     rc = 0;
 done:
+    relay_abort_all();
     http_server_stop(srv);
     dispatcher_stop(disp);
     registry_free(reg);

@@ -11,6 +11,7 @@
 
 #include "cmd/cmd.h"
 #include "http/client.h"
+#include "http/relay.h"
 #include "http/server.h"
 #include "util/log.h"
 #include "util/opts.h"
@@ -210,6 +211,7 @@ int cmd_worker(int argc0, char **argv0)
     rc = 0;
 done:
     if (agent) worker_agent_stop(&w);
+    relay_abort_all();
     http_server_stop(srv);
     for (int i = 0; i < w.nengines; i++) engine_stop(&w.engines[i]);
     gpu_probe_close(w.probe);

@@ -2,6 +2,7 @@
 #include "http/relay.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,11 @@
 #include "util/clock.h"
 
 #define RELAY_HIGH_WATER (256 * 1024)
+#define RELAY_CHECK_MS 100
+
+static atomic_int aborting;
+
+void relay_abort_all(void) { atomic_store(&aborting, 1); }
 
 struct relay {
     pthread_mutex_t mu;
@@ -62,8 +68,11 @@ static int up_data(void *ctx, const char *p, size_t n)
     relay *r = ctx;
     pthread_mutex_lock(&r->mu);
     if (!r->out.bytes) r->out.first_byte_us = mono_us() - r->t0;
-    while (r->data.len > RELAY_HIGH_WATER && !r->reader_gone) pthread_cond_wait(&r->cv, &r->mu);
-    int gone = r->reader_gone;
+    while (r->data.len > RELAY_HIGH_WATER && !r->reader_gone && !atomic_load(&aborting)) {
+        struct timespec ts = mono_deadline(RELAY_CHECK_MS);
+        pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+    }
+    int gone = r->reader_gone || atomic_load(&aborting);
     if (!gone) {
         buf_append(&r->data, p, n);
         r->out.bytes += n;
@@ -77,7 +86,7 @@ static int up_cancelled(void *ctx)
 {
     relay *r = ctx;
     pthread_mutex_lock(&r->mu);
-    int gone = r->reader_gone;
+    int gone = r->reader_gone || atomic_load(&aborting);
     pthread_mutex_unlock(&r->mu);
     return gone;
 }
@@ -116,7 +125,7 @@ relay *relay_start(const http_call_opts *o, relay_finish_fn fin, void *fin_ctx)
     relay *r = calloc(1, sizeof *r);
     if (!r) return NULL;
     pthread_mutex_init(&r->mu, NULL);
-    pthread_cond_init(&r->cv, NULL);
+    cond_init_monotonic(&r->cv);
     r->refs = 2;
     r->opts = *o;
     r->url = dup_or_null(o->url);
@@ -155,10 +164,21 @@ relay *relay_start(const http_call_opts *o, relay_finish_fn fin, void *fin_ctx)
     return r;
 }
 
-long relay_wait(relay *r, int want_body)
+long relay_wait(relay *r, int want_body, http_req *client)
 {
     pthread_mutex_lock(&r->mu);
-    while (!r->ended && !(r->head && (!want_body || r->data.len))) pthread_cond_wait(&r->cv, &r->mu);
+    while (!r->ended && !(r->head && (!want_body || r->data.len))) {
+        struct timespec ts = mono_deadline(RELAY_CHECK_MS);
+        pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+        if (r->ended || (r->head && (!want_body || r->data.len))) break;
+        if (atomic_load(&aborting) || (client && http_req_client_gone(client))) {
+            /* Nobody is waiting for this answer any more: stop the call. */
+            r->reader_gone = 1;
+            pthread_cond_broadcast(&r->cv);
+            pthread_mutex_unlock(&r->mu);
+            return 0;
+        }
+    }
     long st = r->head ? r->status : 0;
     /* A call that broke before any body byte counts as no answer. */
     if (want_body && r->ended && r->out.upstream_failed && !r->data.len) st = 0;
@@ -181,8 +201,12 @@ static ssize_t client_read(void *ctx, char *out, size_t max)
 {
     relay *r = ctx;
     pthread_mutex_lock(&r->mu);
-    while (!r->data.len && !r->ended) pthread_cond_wait(&r->cv, &r->mu);
+    while (!r->data.len && !r->ended && !atomic_load(&aborting)) {
+        struct timespec ts = mono_deadline(RELAY_CHECK_MS);
+        pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+    }
     ssize_t n = 0;
+    if (!r->data.len && !r->ended) { pthread_mutex_unlock(&r->mu); return -1; }
     if (r->data.len) {
         n = (ssize_t)(r->data.len < max ? r->data.len : max);
         memcpy(out, r->data.data, (size_t)n);
@@ -223,7 +247,10 @@ void relay_to_client(relay *r, http_req *client, int status)
 char *relay_collect(relay *r, size_t max, size_t *len)
 {
     pthread_mutex_lock(&r->mu);
-    while (!r->ended && r->data.len < max) pthread_cond_wait(&r->cv, &r->mu);
+    while (!r->ended && r->data.len < max && !atomic_load(&aborting)) {
+        struct timespec ts = mono_deadline(RELAY_CHECK_MS);
+        pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+    }
     size_t n = r->data.len < max ? r->data.len : max;
     char *p = malloc(n + 1);
     if (p) { memcpy(p, r->data.data ? r->data.data : "", n); p[n] = 0; }

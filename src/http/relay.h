@@ -33,8 +33,10 @@ typedef void (*relay_finish_fn)(void *ctx, const relay_outcome *o);
 relay *relay_start(const http_call_opts *o, relay_finish_fn fin, void *fin_ctx);
 
 /* Blocks until the upstream answered (head, and with want_body the first body
- * bytes too) or failed.  Returns the HTTP status, or 0 on failure. */
-long relay_wait(relay *r, int want_body);
+ * bytes too) or failed.  Returns the HTTP status, or 0 on failure.  When the
+ * waiting client (may be NULL) leaves meanwhile, the upstream call is
+ * cancelled and 0 is returned. */
+long relay_wait(relay *r, int want_body, http_req *client);
 const char *relay_error(relay *r);
 const char *relay_content_type(relay *r);
 
@@ -45,5 +47,8 @@ void relay_to_client(relay *r, http_req *client, int status);
 char *relay_collect(relay *r, size_t max, size_t *len);
 /* Cancels the upstream call and gives up the relay. */
 void relay_abandon(relay *r);
+/* At shutdown: cancels every relay's upstream call and ends every stream, so
+ * no connection thread stays blocked on a slow engine. */
+void relay_abort_all(void);
 
 #endif

@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,6 +97,14 @@ const char *http_req_body(const http_req *r, size_t *len)
 {
     if (len) *len = r->body.len;
     return r->body.data ? r->body.data : "";
+}
+
+int http_req_client_gone(const http_req *r)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci) return 0;
+    struct pollfd p = {ci->connect_fd, POLLRDHUP, 0};
+    return poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
 }
 
 const char *http_req_bearer(const http_req *r)

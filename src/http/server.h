@@ -44,6 +44,9 @@ const char *http_req_header(const http_req *r, const char *name);
 const char *http_req_query(const http_req *r, const char *name);
 const char *http_req_body(const http_req *r, size_t *len);
 const char *http_req_peer(const http_req *r); /* textual IP address */
+/* True once the client has closed its side (checked without blocking), so a
+ * handler waiting on something slow can give up on a caller who left. */
+int http_req_client_gone(const http_req *r);
 /* Bearer token from Authorization, or NULL. */
 const char *http_req_bearer(const http_req *r);
 

@@ -78,7 +78,7 @@ static void forward(worker *w, http_req *req)
         not_ready(req, "%s", "cannot start the engine call");
         return;
     }
-    long status = relay_wait(r, 0);
+    long status = relay_wait(r, 0, req);
     if (status == 0) {
         char why[256];
         snprintf(why, sizeof why, "%s", relay_error(r));
