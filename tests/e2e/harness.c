@@ -214,6 +214,16 @@ h_proc *h_start_coordinator(h_pool *p, const char *extra_args)
     return p->coord;
 }
 
+h_proc *h_restart_coordinator(h_pool *p)
+{
+    char args[2048];
+    snprintf(args, sizeof args, "serve --listen 127.0.0.1:%d --data %s/data --join-token %s --heartbeat-ms 200 %s",
+             p->coord->port, p->dir, p->join_token, p->coord_args);
+    p->coord = h_spawn(p, "coordinator", args, NULL);
+    h_wait_port(p->coord, 20000);
+    return p->coord;
+}
+
 typedef struct nodes_ctx { h_pool *p; int want; } nodes_ctx;
 static int enough_ready(void *ctx)
 {
@@ -250,6 +260,7 @@ int h_request(h_pool *p, const char *method, const char *path, const char *body,
     else snprintf(url, sizeof url, "%s%s", p->base, path);
     http_call_opts o = {.method = method, .url = url, .body = body, .body_len = body ? strlen(body) : 0,
                         .headers = headers, .timeout_ms = 60000};
+    if (!headers && p->api_key[0]) o.bearer = p->api_key;
     http_result res;
     http_call(&o, &res);
     out->status = res.status;

@@ -30,6 +30,7 @@ typedef struct h_pool {
     char base[64];           /* http://127.0.0.1:PORT of the coordinator */
     char join_token[128];
     char coord_args[1024];   /* extra serve args, kept for restarts */
+    char api_key[128];       /* sent by h_request when no headers are given */
 } h_pool;
 
 typedef struct h_resp {
@@ -48,6 +49,8 @@ int h_pool_cleanup(h_pool *p);
 
 /* `gpupool serve` with extra args (space separated); waits for its port. */
 h_proc *h_start_coordinator(h_pool *p, const char *extra_args);
+/* Starts the coordinator again on the same port and data (after a crash). */
+h_proc *h_restart_coordinator(h_pool *p);
 /* `gpupool worker` joining p's coordinator with a sim engine; machine_id
  * separates "machines" on this host.  Waits until the coordinator lists it. */
 h_proc *h_start_worker(h_pool *p, const char *machine_id, const char *sim_args, const char *extra_args);

@@ -1,0 +1,135 @@
+/* e2e: accepted work survives kill -9 of a worker or of the coordinator. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+
+#define SLOW_TASK "{\"type\":\"chat\",\"model\":\"sim-llama-8b\",\"input\":{\"messages\":" \
+                  "[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":30}}"
+#define SIM_ARGS "--ttft-ms%2010%20--tps%2030%20--slots%201"
+
+static int teardown(void **state)
+{
+    int problems = h_pool_cleanup(*state);
+    free(*state);
+    return problems;
+}
+
+static int setup(void **state)
+{
+    h_pool *p = calloc(1, sizeof *p);
+    h_pool_init(p, "faults");
+    *state = p;
+    return 0;
+}
+
+typedef struct running_ctx { h_pool *p; const char *id; char node[64]; } running_ctx;
+static int is_running(void *ctx)
+{
+    running_ctx *c = ctx;
+    char path[128];
+    snprintf(path, sizeof path, "/v1/tasks/%s", c->id);
+    h_resp r;
+    h_request(c->p, "GET", path, NULL, NULL, &r);
+    int yes = r.json && !strcmp(json_string_value(json_object_get(r.json, "status")), "running");
+    if (yes) snprintf(c->node, sizeof c->node, "%s", json_string_value(json_object_get(r.json, "node")));
+    h_resp_free(&r);
+    return yes;
+}
+
+static const char *node_name(h_pool *p, const char *id, char *out, size_t len)
+{
+    h_resp r;
+    h_request(p, "GET", "/v1/nodes", NULL, NULL, &r);
+    size_t i;
+    json_t *n;
+    out[0] = 0;
+    json_array_foreach(json_object_get(r.json, "data"), i, n)
+        if (!strcmp(json_string_value(json_object_get(n, "id")), id))
+            snprintf(out, len, "%s", json_string_value(json_object_get(n, "name")));
+    h_resp_free(&r);
+    return out;
+}
+
+static void worker_killed_mid_task(void **state)
+{
+    h_pool *p = *state;
+    h_start_coordinator(p, NULL);
+    h_proc *a = h_start_worker(p, "machine-a", SIM_ARGS, NULL);
+    h_proc *b = h_start_worker(p, "machine-b", SIM_ARGS, NULL);
+    long st;
+    char *id = h_submit_task(p, SLOW_TASK, NULL, &st);
+    assert_int_equal(st, 202);
+    running_ctx rc = {p, id, ""};
+    assert_true(h_wait_until(is_running, &rc, 10000));
+    char name[64];
+    node_name(p, rc.node, name, sizeof name);
+    h_proc *victim = !strcmp(name, "machine-a") ? a : b;
+    h_kill(victim, SIGKILL);
+    h_wait_exit(victim, 5000);
+
+    json_t *t = h_wait_task_final(p, id, 20000);
+    assert_non_null(t);
+    assert_string_equal(json_string_value(json_object_get(t, "status")), "succeeded");
+    assert_true(json_integer_value(json_object_get(t, "attempts")) >= 2);
+    assert_string_not_equal(json_string_value(json_object_get(t, "node")), rc.node);
+    json_t *first = json_array_get(json_object_get(t, "attempt_history"), 0);
+    const char *outcome = json_string_value(json_object_get(first, "outcome"));
+    assert_non_null(outcome);
+    assert_true(!strcmp(outcome, "node_unreachable") || !strcmp(outcome, "node_offline"));
+    json_decref(t);
+    free(id);
+    /* the killed node is shown offline once its heartbeats stop */
+    assert_true(h_node_count(p, "offline") == 1 || h_node_count(p, "not_ready") == 1);
+}
+
+static void coordinator_killed_and_restarted(void **state)
+{
+    h_pool *p = *state;
+    h_start_coordinator(p, NULL);
+    h_start_worker(p, "machine-a", SIM_ARGS, NULL);
+    h_start_worker(p, "machine-b", SIM_ARGS, NULL);
+    char *ids[6];
+    for (int i = 0; i < 6; i++) {
+        long st;
+        ids[i] = h_submit_task(p, SLOW_TASK, NULL, &st);
+        assert_int_equal(st, 202);
+    }
+    running_ctx rc = {p, ids[0], ""};
+    assert_true(h_wait_until(is_running, &rc, 10000));
+    h_kill(p->coord, SIGKILL);
+    assert_int_equal(h_wait_exit(p->coord, 5000), 128 + SIGKILL);
+    h_restart_coordinator(p);
+
+    int restarted = 0;
+    for (int i = 0; i < 6; i++) {
+        json_t *t = h_wait_task_final(p, ids[i], 30000);
+        assert_non_null(t);
+        assert_string_equal(json_string_value(json_object_get(t, "status")), "succeeded");
+        size_t k;
+        json_t *a;
+        json_array_foreach(json_object_get(t, "attempt_history"), k, a) {
+            const char *o = json_string_value(json_object_get(a, "outcome"));
+            restarted += o && !strcmp(o, "coordinator_restart");
+        }
+        json_decref(t);
+        free(ids[i]);
+    }
+    /* at least the task seen running was re-queued by the restart */
+    assert_true(restarted >= 1);
+    h_resp r;
+    h_request(p, "GET", "/v1/tasks?limit=100", NULL, NULL, &r);
+    assert_int_equal(json_array_size(json_object_get(r.json, "data")), 6);
+    h_resp_free(&r);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(worker_killed_mid_task, setup, teardown),
+        cmocka_unit_test_setup_teardown(coordinator_killed_and_restarted, setup, teardown),
+    };
+    return cmocka_run_group_tests_name("e2e_faults", tests, NULL, NULL);
+}
