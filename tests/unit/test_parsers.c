@@ -1,0 +1,226 @@
+/* Unit tests: request validation, engine answers, address ranges, options
+ * and buffers — the parsers of outside data that need no sockets. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "api/validate.h"
+#include "node/cidr.h"
+#include "util/buf.h"
+#include "util/ids.h"
+#include "util/opts.h"
+#include "worker/engine.h"
+
+static int check(api_kind k, const char *text, api_invalid *why)
+{
+    json_t *j = json_loads(text, 0, NULL);
+    assert_non_null(j);
+    int rc = api_validate_body(k, j, why);
+    json_decref(j);
+    return rc;
+}
+
+static void validate_accepts_good_bodies(void **state)
+{
+    (void)state;
+    api_invalid why;
+    assert_int_equal(check(KIND_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", &why), 0);
+    assert_int_equal(check(KIND_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"x\"}]}],\"stream\":true,\"max_tokens\":5,\"temperature\":0.2}", &why), 0);
+    assert_int_equal(check(KIND_COMPLETION, "{\"model\":\"m\",\"prompt\":[\"a\",\"b\"]}", &why), 0);
+    assert_int_equal(check(KIND_EMBEDDING, "{\"model\":\"m\",\"input\":\"a\"}", &why), 0);
+}
+
+static void validate_names_the_field(void **state)
+{
+    (void)state;
+    api_invalid why;
+    assert_int_equal(check(KIND_CHAT, "{\"messages\":[]}", &why), -1);
+    assert_string_equal(why.code, "missing_field");
+    assert_string_equal(why.param, "model");
+    check(KIND_CHAT, "{\"model\":\"\",\"messages\":[]}", &why);
+    assert_string_equal(why.code, "invalid_type");
+    check(KIND_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\"},{\"role\":5}]}", &why);
+    assert_string_equal(why.param, "messages[1]");
+    check(KIND_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":3}]}", &why);
+    assert_string_equal(why.code, "invalid_type");
+    check(KIND_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\"}],\"max_tokens\":-1}", &why);
+    assert_string_equal(why.code, "invalid_value");
+    assert_string_equal(why.param, "max_tokens");
+    check(KIND_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\"}],\"temperature\":\"hot\"}", &why);
+    assert_string_equal(why.param, "temperature");
+    check(KIND_EMBEDDING, "{\"model\":\"m\",\"input\":[1,2]}", &why);
+    assert_string_equal(why.param, "input");
+    check(KIND_EMBEDDING, "{\"model\":\"m\",\"input\":\"x\",\"stream\":true}", &why);
+    assert_string_equal(why.param, "stream");
+    check(KIND_COMPLETION, "{\"model\":\"m\",\"prompt\":[]}", &why);
+    assert_string_equal(why.param, "prompt");
+}
+
+static void kinds_map_to_paths(void **state)
+{
+    (void)state;
+    assert_int_equal(api_kind_from_task_type("chat"), KIND_CHAT);
+    assert_int_equal(api_kind_from_task_type("video"), KIND_UNKNOWN);
+    assert_int_equal(api_kind_from_task_type(NULL), KIND_UNKNOWN);
+    assert_string_equal(api_kind_path(KIND_EMBEDDING), "/v1/embeddings");
+    assert_string_equal(api_kind_task_type(KIND_COMPLETION), "completion");
+}
+
+static void engine_model_lists(void **state)
+{
+    (void)state;
+    char models[4][128];
+    assert_int_equal(engine_parse_models(ENGINE_OPENAI, "{\"object\":\"list\",\"data\":[{\"id\":\"llama\"},{\"id\":\"qwen\"}]}", models, 4), 2);
+    assert_string_equal(models[1], "qwen");
+    assert_int_equal(engine_parse_models(ENGINE_OLLAMA, "{\"models\":[{\"name\":\"llama3.1:8b\",\"model\":\"llama3.1:8b\"}]}", models, 4), 1);
+    assert_string_equal(models[0], "llama3.1:8b");
+    assert_int_equal(engine_parse_models(ENGINE_OPENAI, "not json", models, 4), -1);
+    assert_int_equal(engine_parse_models(ENGINE_OPENAI, "{\"data\":{}}", models, 4), -1);
+    assert_int_equal(engine_parse_models(ENGINE_OPENAI, "{\"data\":[{\"id\":1},{\"x\":2}]}", models, 4), 0);
+    assert_int_equal(engine_parse_models(ENGINE_OPENAI, "{\"data\":[{\"id\":\"a\"},{\"id\":\"b\"},{\"id\":\"c\"}]}", models, 2), 2);
+}
+
+static void engine_slots(void **state)
+{
+    (void)state;
+    int t, b;
+    assert_int_equal(engine_parse_slots("[{\"id\":0,\"is_processing\":true},{\"id\":1,\"is_processing\":false},{\"id\":2,\"state\":1}]", &t, &b), 0);
+    assert_int_equal(t, 3);
+    assert_int_equal(b, 2);
+    assert_int_equal(engine_parse_slots("{\"error\":\"slots disabled\"}", &t, &b), -1);
+}
+
+static void engine_specs(void **state)
+{
+    (void)state;
+    engine e;
+    char err[200];
+    assert_int_equal(engine_parse_spec("openai=http://127.0.0.1:8080/v1/", &e, err, sizeof err), 0);
+    assert_string_equal(e.url, "http://127.0.0.1:8080");
+    assert_int_equal(e.kind, ENGINE_OPENAI);
+    assert_int_equal(engine_parse_spec("ollama=http://h:11434", &e, err, sizeof err), 0);
+    assert_int_equal(e.kind, ENGINE_OLLAMA);
+    assert_int_equal(engine_parse_spec("sim", &e, err, sizeof err), 0);
+    assert_int_equal(engine_parse_spec("openai=ftp://x", &e, err, sizeof err), -1);
+    assert_int_equal(engine_parse_spec("tgi=http://x", &e, err, sizeof err), -1);
+    assert_non_null(strstr(err, "unknown engine"));
+}
+
+static void cidr_ranges(void **state)
+{
+    (void)state;
+    cidr_list l = {0};
+    char err[200];
+    assert_true(cidr_list_allows(&l, "8.8.8.8"));
+    assert_int_equal(cidr_list_add(&l, "192.168.1.0/24", err, sizeof err), 0);
+    assert_int_equal(cidr_list_add(&l, "10.1.2.3", err, sizeof err), 0);
+    assert_int_equal(cidr_list_add(&l, "fd00::/8", err, sizeof err), 0);
+    assert_true(cidr_list_allows(&l, "192.168.1.77"));
+    assert_false(cidr_list_allows(&l, "192.168.2.1"));
+    assert_true(cidr_list_allows(&l, "10.1.2.3"));
+    assert_false(cidr_list_allows(&l, "10.1.2.4"));
+    assert_true(cidr_list_allows(&l, "::ffff:192.168.1.5"));
+    assert_true(cidr_list_allows(&l, "fd12::1"));
+    assert_false(cidr_list_allows(&l, "fe80::1"));
+    assert_false(cidr_list_allows(&l, "garbage"));
+    assert_false(cidr_list_allows(&l, NULL));
+    assert_int_equal(cidr_list_add(&l, "10.0.0.0/33", err, sizeof err), -1);
+    assert_int_equal(cidr_list_add(&l, "10.0.0/8x", err, sizeof err), -1);
+    assert_int_equal(cidr_list_add(&l, "/8", err, sizeof err), -1);
+    cidr one;
+    assert_int_equal(cidr_parse("172.16.0.0/12", &one, err, sizeof err), 0);
+    assert_int_equal(one.bits, 12);
+}
+
+static void sizes_and_ints(void **state)
+{
+    (void)state;
+    assert_int_equal(opts_parse_size("8M"), 8 << 20);
+    assert_int_equal(opts_parse_size("64k"), 64 << 10);
+    assert_int_equal(opts_parse_size("1GiB"), 1LL << 30);
+    assert_int_equal(opts_parse_size("1.5K"), 1536);
+    assert_int_equal(opts_parse_size("100"), 100);
+    assert_int_equal(opts_parse_size("8X"), -1);
+    assert_int_equal(opts_parse_size("-1"), -1);
+    assert_int_equal(opts_parse_size(""), -1);
+    long v;
+    assert_int_equal(opts_parse_int("42", 0, 100, &v), 0);
+    assert_int_equal(v, 42);
+    assert_int_equal(opts_parse_int("420", 0, 100, &v), -1);
+    assert_int_equal(opts_parse_int("4x", 0, 100, &v), -1);
+}
+
+static void config_file_expands_before_flags(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/gpupool-conf-XXXXXX";
+    int fd = mkstemp(path);
+    const char *text = "# a comment\nlisten = 127.0.0.1:9000\n\nqueue-max 12\napi-key = \"with space\"\n";
+    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    char *argv[] = {"serve", "--config", path, "--queue-max=3", NULL};
+    int argc;
+    char err[200];
+    char **out = opts_expand_config(4, argv, &argc, err, sizeof err);
+    assert_non_null(out);
+    assert_int_equal(argc, 5);
+    assert_string_equal(out[1], "--listen=127.0.0.1:9000");
+    assert_string_equal(out[2], "--queue-max=12");
+    assert_string_equal(out[3], "--api-key=with space");
+    assert_string_equal(out[4], "--queue-max=3");
+    assert_null(out[5]);
+    opts_free_argv(out);
+    unlink(path);
+    char *missing[] = {"serve", "--config=/nonexistent/x.conf", NULL};
+    assert_null(opts_expand_config(2, missing, &argc, err, sizeof err));
+    assert_non_null(strstr(err, "/nonexistent/x.conf"));
+}
+
+static void buffers_and_ids(void **state)
+{
+    (void)state;
+    buf b = {0};
+    buf_puts(&b, "hello ");
+    buf_printf(&b, "%d-%s", 42, "x");
+    assert_string_equal(b.data, "hello 42-x");
+    buf_consume(&b, 6);
+    assert_string_equal(b.data, "42-x");
+    char *s = buf_steal(&b);
+    assert_string_equal(s, "42-x");
+    assert_null(b.data);
+    free(s);
+    char id1[64], id2[64];
+    make_id(id1, sizeof id1, "task");
+    make_id(id2, sizeof id2, "task");
+    assert_int_equal(strlen(id1), 29);
+    assert_string_not_equal(id1, id2);
+    char h[65];
+    sha256_hex("abc", 3, h);
+    assert_string_equal(h, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    assert_true(secret_equal("abc", "abc"));
+    assert_false(secret_equal("abc", "abd"));
+    assert_false(secret_equal("abc", "abcd"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(validate_accepts_good_bodies),
+        cmocka_unit_test(validate_names_the_field),
+        cmocka_unit_test(kinds_map_to_paths),
+        cmocka_unit_test(engine_model_lists),
+        cmocka_unit_test(engine_slots),
+        cmocka_unit_test(engine_specs),
+        cmocka_unit_test(cidr_ranges),
+        cmocka_unit_test(sizes_and_ints),
+        cmocka_unit_test(config_file_expands_before_flags),
+        cmocka_unit_test(buffers_and_ids),
+    };
+    return cmocka_run_group_tests_name("parsers", tests, NULL, NULL);
+}

@@ -1,0 +1,272 @@
+/* Unit tests: placement (pure) and the node registry (state machine with an
+ * injected clock). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <string.h>
+
+#include "node/registry.h"
+#include "sched/placement.h"
+
+static void pick_prefers_least_loaded_then_free_vram(void **state)
+{
+    (void)state;
+    place_candidate c[] = {
+        {.id = "a", .ready = 1, .has_model = 1, .inflight = 2, .slots = 4, .free_vram = 10},
+        {.id = "b", .ready = 1, .has_model = 1, .inflight = 1, .slots = 4, .free_vram = 5},
+        {.id = "c", .ready = 1, .has_model = 1, .inflight = 1, .slots = 4, .free_vram = 8},
+    };
+    assert_int_equal(placement_pick(c, 3), 2);
+    c[2].inflight = 3;
+    assert_int_equal(placement_pick(c, 3), 1);
+}
+
+static void pick_compares_load_relative_to_slots(void **state)
+{
+    (void)state;
+    place_candidate c[] = {
+        {.id = "small", .ready = 1, .has_model = 1, .inflight = 1, .slots = 2},
+        {.id = "big", .ready = 1, .has_model = 1, .inflight = 3, .slots = 8},
+    };
+    assert_int_equal(placement_pick(c, 2), 1); /* 3/8 < 1/2 */
+}
+
+static void pick_skips_unqualified(void **state)
+{
+    (void)state;
+    place_candidate c[] = {
+        {.id = "down", .ready = 0, .has_model = 1, .slots = 4},
+        {.id = "nomodel", .ready = 1, .has_model = 0, .slots = 4},
+        {.id = "full", .ready = 1, .has_model = 1, .inflight = 4, .slots = 4},
+        {.id = "tried", .ready = 1, .has_model = 1, .excluded = 1, .slots = 4},
+    };
+    assert_int_equal(placement_pick(c, 4), -1);
+    assert_int_equal(placement_why(c, 4), PLACE_BUSY);
+    c[2].has_model = 0;
+    assert_int_equal(placement_why(c, 4), PLACE_UNAVAILABLE);
+    c[0].has_model = 0;
+    c[3].has_model = 0;
+    assert_int_equal(placement_why(c, 4), PLACE_NO_MODEL);
+    assert_int_equal(placement_why(c, 0), PLACE_NO_MODEL);
+}
+
+static void pick_ties_are_stable(void **state)
+{
+    (void)state;
+    place_candidate c[] = {
+        {.id = "n2", .ready = 1, .has_model = 1, .slots = 1},
+        {.id = "n1", .ready = 1, .has_model = 1, .slots = 1},
+    };
+    assert_int_equal(placement_pick(c, 2), 1);
+}
+
+/* ---- registry ---- */
+#define FP_A "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+#define FP_B "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+
+static registry *new_registry(void)
+{
+    registry_cfg cfg = {.join_token = "join", .heartbeat_ms = 1000, .missed_beats = 3, .token_ttl_ms = 10000};
+    return registry_new(&cfg);
+}
+
+static json_t *report(const char *fp, const char *model, int slots)
+{
+    return json_pack("{s:s, s:s, s:s, s:[{s:s, s:I, s:I}], s:[{s:s, s:b, s:[s], s:i}]}", "name", "n", "fingerprint", fp,
+                     "address", "http://127.0.0.1:1", "gpus", "name", "g", "total_bytes", (json_int_t)100,
+                     "free_bytes", (json_int_t)50, "engines", "kind", "sim", "healthy", 1, "models", model, "slots", slots);
+}
+
+static void join(registry *r, const char *fp, int64_t now, char *id, char *token)
+{
+    json_t *req = report(fp, "m", 2), *resp = NULL;
+    char why[200];
+    assert_int_equal(registry_register(r, "join", req, "127.0.0.1", now, &resp, why, sizeof why), 200);
+    strcpy(id, json_string_value(json_object_get(resp, "node_id")));
+    strcpy(token, json_string_value(json_object_get(resp, "node_token")));
+    json_decref(req);
+    json_decref(resp);
+}
+
+static int beat(registry *r, const char *id, const char *token, const char *fp, int seq, const char *peer, int64_t now,
+                char *new_token)
+{
+    json_t *req = report(fp, "m", 2), *resp = NULL;
+    json_object_set_new(req, "node_id", json_string(id));
+    json_object_set_new(req, "seq", json_integer(seq));
+    char why[200];
+    int st = registry_heartbeat(r, token, req, peer, now, &resp, why, sizeof why);
+    const char *t = json_string_value(json_object_get(resp, "node_token"));
+    if (new_token) strcpy(new_token, t ? t : "");
+    json_decref(req);
+    json_decref(resp);
+    return st;
+}
+
+static void register_requires_join_token(void **state)
+{
+    (void)state;
+    registry *r = new_registry();
+    json_t *req = report(FP_A, "m", 2), *resp = NULL;
+    char why[200];
+    assert_int_equal(registry_register(r, "nope", req, "127.0.0.1", 0, &resp, why, sizeof why), 401);
+    assert_null(resp);
+    assert_int_equal(registry_register(r, NULL, req, "127.0.0.1", 0, &resp, why, sizeof why), 401);
+    json_object_del(req, "fingerprint");
+    assert_int_equal(registry_register(r, "join", req, "127.0.0.1", 0, &resp, why, sizeof why), 400);
+    json_decref(req);
+    registry_free(r);
+}
+
+static void node_id_is_stable_for_a_fingerprint(void **state)
+{
+    (void)state;
+    registry *r = new_registry();
+    char id1[64], id2[64], id3[64], t1[80], t2[80], t3[80];
+    join(r, FP_A, 0, id1, t1);
+    join(r, FP_A, 10, id2, t2);
+    join(r, FP_B, 20, id3, t3);
+    assert_string_equal(id1, id2);
+    assert_string_not_equal(id1, id3);
+    assert_string_not_equal(t1, t2);
+    int counts[NODE_STATES];
+    registry_counts(r, counts);
+    assert_int_equal(counts[NODE_READY], 2);
+    registry_free(r);
+}
+
+static void heartbeat_token_bound_to_machine_and_address(void **state)
+{
+    (void)state;
+    registry *r = new_registry();
+    char id[64], tok[80];
+    join(r, FP_A, 0, id, tok);
+    assert_int_equal(beat(r, id, tok, FP_A, 1, "127.0.0.1", 100, NULL), 200);
+    assert_int_equal(beat(r, id, tok, FP_B, 2, "127.0.0.1", 200, NULL), 403);
+    assert_int_equal(beat(r, id, tok, FP_A, 3, "127.0.0.2", 300, NULL), 403);
+    assert_int_equal(beat(r, id, "forged", FP_A, 4, "127.0.0.1", 400, NULL), 401);
+    assert_int_equal(beat(r, "node-unknown", tok, FP_A, 5, "127.0.0.1", 500, NULL), 401);
+    /* expired */
+    assert_int_equal(beat(r, id, tok, FP_A, 6, "127.0.0.1", 20000, NULL), 401);
+    registry_free(r);
+}
+
+static void token_rotates_at_half_life_and_old_one_lingers(void **state)
+{
+    (void)state;
+    registry *r = new_registry();
+    char id[64], tok[80], fresh[80];
+    join(r, FP_A, 0, id, tok);
+    assert_int_equal(beat(r, id, tok, FP_A, 1, "127.0.0.1", 1000, fresh), 200);
+    assert_string_equal(fresh, "");
+    assert_int_equal(beat(r, id, tok, FP_A, 2, "127.0.0.1", 5000, fresh), 200);
+    assert_true(strlen(fresh) > 20);
+    assert_string_not_equal(fresh, tok);
+    /* the old token works until its own expiry, the new one after it */
+    assert_int_equal(beat(r, id, tok, FP_A, 3, "127.0.0.1", 6000, NULL), 200);
+    assert_int_equal(beat(r, id, tok, FP_A, 4, "127.0.0.1", 10001, NULL), 401);
+    assert_int_equal(beat(r, id, fresh, FP_A, 5, "127.0.0.1", 10002, NULL), 200);
+    registry_free(r);
+}
+
+static void missed_heartbeats_mark_offline(void **state)
+{
+    (void)state;
+    registry *r = new_registry();
+    char id[64], tok[80];
+    join(r, FP_A, 0, id, tok);
+    char off[4][40];
+    assert_int_equal(registry_sweep(r, 2999, off, 4), 0);
+    assert_int_equal(registry_sweep(r, 3001, off, 4), 1);
+    assert_string_equal(off[0], id);
+    assert_int_equal(registry_sweep(r, 4000, off, 4), 0); /* only once */
+    node_lease l;
+    assert_int_equal(registry_acquire(r, "m", NULL, 0, &l), PLACE_UNAVAILABLE);
+    /* a heartbeat brings it back */
+    assert_int_equal(beat(r, id, tok, FP_A, 1, "127.0.0.1", 4100, NULL), 200);
+    assert_int_equal(registry_acquire(r, "m", NULL, 0, &l), PLACE_OK);
+    registry_free(r);
+}
+
+static void leases_respect_slots(void **state)
+{
+    (void)state;
+    registry *r = new_registry();
+    char a[64], b[64], ta[80], tb[80];
+    join(r, FP_A, 0, a, ta);
+    join(r, FP_B, 0, b, tb);
+    node_lease l[5];
+    for (int i = 0; i < 4; i++) assert_int_equal(registry_acquire(r, "m", NULL, 0, &l[i]), PLACE_OK);
+    /* spread evenly: 2 each */
+    int on_a = 0;
+    for (int i = 0; i < 4; i++) on_a += !strcmp(l[i].node_id, a);
+    assert_int_equal(on_a, 2);
+    assert_int_equal(registry_acquire(r, "m", NULL, 0, &l[4]), PLACE_BUSY);
+    assert_int_equal(registry_acquire(r, "other", NULL, 0, &l[4]), PLACE_NO_MODEL);
+    assert_int_equal(registry_acquire_wait(r, "m", NULL, 0, 0, 0, &l[4]), REG_QUEUE_FULL);
+    registry_release(r, &l[0], 1);
+    assert_int_equal(registry_acquire(r, "m", NULL, 0, &l[4]), PLACE_OK);
+    assert_string_equal(l[4].node_id, l[0].node_id);
+    const char *ex[] = {a, b};
+    for (int i = 1; i < 5; i++) registry_release(r, &l[i], 2);
+    assert_int_equal(registry_acquire_wait(r, "m", ex, 2, 0, 10, &l[0]), REG_EXHAUSTED);
+    assert_true(registry_drain_rate(r, 3) > 0);
+    registry_free(r);
+}
+
+static void unreachable_node_skipped_until_heartbeat(void **state)
+{
+    (void)state;
+    registry *r = new_registry();
+    char id[64], tok[80];
+    join(r, FP_A, 0, id, tok);
+    registry_mark_unreachable(r, id, "connection refused");
+    node_lease l;
+    assert_int_equal(registry_acquire(r, "m", NULL, 0, &l), PLACE_UNAVAILABLE);
+    json_t *nodes = registry_nodes_json(r, 10);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(nodes, 0), "state")), "not_ready");
+    json_decref(nodes);
+    assert_int_equal(beat(r, id, tok, FP_A, 1, "127.0.0.1", 100, NULL), 200);
+    assert_int_equal(registry_acquire(r, "m", NULL, 0, &l), PLACE_OK);
+    registry_free(r);
+}
+
+static void models_union_of_live_nodes(void **state)
+{
+    (void)state;
+    registry *r = new_registry();
+    char id[64], tok[80];
+    join(r, FP_A, 0, id, tok);
+    json_t *m = registry_models_json(r, 0);
+    assert_int_equal(json_array_size(json_object_get(m, "data")), 1);
+    json_decref(m);
+    char off[1][40];
+    registry_sweep(r, 100000, off, 1);
+    m = registry_models_json(r, 100000);
+    assert_int_equal(json_array_size(json_object_get(m, "data")), 0);
+    json_decref(m);
+    assert_true(registry_model_known(r, "m"));
+    assert_false(registry_model_known(r, "x"));
+    registry_free(r);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(pick_prefers_least_loaded_then_free_vram),
+        cmocka_unit_test(pick_compares_load_relative_to_slots),
+        cmocka_unit_test(pick_skips_unqualified),
+        cmocka_unit_test(pick_ties_are_stable),
+        cmocka_unit_test(register_requires_join_token),
+        cmocka_unit_test(node_id_is_stable_for_a_fingerprint),
+        cmocka_unit_test(heartbeat_token_bound_to_machine_and_address),
+        cmocka_unit_test(token_rotates_at_half_life_and_old_one_lingers),
+        cmocka_unit_test(missed_heartbeats_mark_offline),
+        cmocka_unit_test(leases_respect_slots),
+        cmocka_unit_test(unreachable_node_skipped_until_heartbeat),
+        cmocka_unit_test(models_union_of_live_nodes),
+    };
+    return cmocka_run_group_tests_name("sched", tests, NULL, NULL);
+}
