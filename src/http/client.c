@@ -49,6 +49,7 @@ static void handle_put(CURL *h)
 typedef struct call_state {
     const http_stream_cbs *cb; /* NULL for buffered calls */
     buf body;
+    buf head;
     long status;
     char ctype[128];
     int status_sent;
@@ -61,7 +62,7 @@ static int deliver_status(call_state *st)
     if (st->status_sent) return 0;
     st->status_sent = 1;
     curl_easy_getinfo(st->h, CURLINFO_RESPONSE_CODE, &st->status);
-    if (st->cb && st->cb->on_status && st->cb->on_status(st->cb->ctx, st->status, st->ctype)) {
+    if (st->cb && st->cb->on_status && st->cb->on_status(st->cb->ctx, st->status, st->ctype, st->head.data ? st->head.data : "")) {
         st->stop = 1;
         return -1;
     }
@@ -72,6 +73,8 @@ static size_t on_header(char *p, size_t size, size_t n, void *ud)
 {
     call_state *st = ud;
     size_t len = size * n;
+    if (!strncmp(p, "HTTP/", 5)) buf_reset(&st->head); /* a new head (after 100 Continue) */
+    else if (len > 2 && st->head.len < 16384) buf_append(&st->head, p, len);
     if (len > 13 && !strncasecmp(p, "Content-Type:", 13)) {
         const char *v = p + 13;
         while (*v == ' ') v++;
@@ -176,6 +179,7 @@ static int perform(const http_call_opts *o, const http_stream_cbs *cb, http_resu
         res->body_len = st.body.len;
         res->body = buf_steal(&st.body);
     }
+    res->headers = buf_steal(&st.head);
     buf_free(&st.body);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
     curl_slist_free_all(hl);
@@ -199,5 +203,6 @@ int http_call_stream(const http_call_opts *o, const http_stream_cbs *cb, http_re
 void http_result_free(http_result *res)
 {
     free(res->body);
-    res->body = NULL;
+    free(res->headers);
+    res->body = res->headers = NULL;
 }

@@ -28,6 +28,7 @@ typedef struct http_result {
     char *body;             /* buffered calls only; NUL-terminated; free() it */
     size_t body_len;
     char content_type[128];
+    char *headers;          /* the response head's header lines, "Name: value\r\n"...; free() it */
     char error[256];        /* transport error text when status == 0 or aborted */
     int aborted;            /* stopped by the caller's callbacks */
     int timed_out;
@@ -36,11 +37,12 @@ typedef struct http_result {
 /* A buffered call.  Returns 0 when an HTTP answer (any status) arrived. */
 int http_call(const http_call_opts *o, http_result *res);
 
-/* A streamed call.  on_status runs once when the response head is complete;
+/* A streamed call.  on_status runs once when the response head is complete
+ * (headers: all header lines of the head);
  * on_data for each piece of body as it arrives; either returning non-zero
  * stops the transfer.  cancelled() is polled while waiting. */
 typedef struct http_stream_cbs {
-    int (*on_status)(void *ctx, long status, const char *content_type);
+    int (*on_status)(void *ctx, long status, const char *content_type, const char *headers);
     int (*on_data)(void *ctx, const char *data, size_t len);
     int (*cancelled)(void *ctx);
     void *ctx;

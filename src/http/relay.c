@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "util/buf.h"
 #include "util/clock.h"
@@ -30,6 +31,7 @@ struct relay {
     int head, ended, reader_gone, error_sent;
     long status;
     char ctype[128];
+    buf passthrough; /* X-Gpupool-* headers from upstream, for the client */
     relay_outcome out;
     int64_t t0;
     relay_finish_fn fin;
@@ -45,16 +47,33 @@ static void relay_unref(relay *r)
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
     buf_free(&r->data);
+    buf_free(&r->passthrough);
     free(r->url); free(r->body); free(r->bearer); free(r->method); free(r->ctype_in);
     for (char **h = r->headers; h && *h; h++) free(*h);
     free(r->headers);
     free(r);
 }
 
-static int up_status(void *ctx, long status, const char *ctype)
+/* Keeps the upstream's X-Gpupool-* headers (e.g. X-Gpupool-Simulated) so the
+ * client sees what the node said about its answer. */
+static void keep_gpupool_headers(relay *r, const char *headers)
+{
+    for (const char *line = headers; line && *line;) {
+        const char *end = strstr(line, "\r\n");
+        size_t len = end ? (size_t)(end - line) : strlen(line);
+        if (len > 10 && !strncasecmp(line, "X-Gpupool-", 10)) {
+            buf_append(&r->passthrough, line, len);
+            buf_puts(&r->passthrough, "\n");
+        }
+        line = end ? end + 2 : line + len;
+    }
+}
+
+static int up_status(void *ctx, long status, const char *ctype, const char *headers)
 {
     relay *r = ctx;
     pthread_mutex_lock(&r->mu);
+    keep_gpupool_headers(r, headers);
     r->head = 1;
     r->status = status;
     snprintf(r->ctype, sizeof r->ctype, "%s", ctype);
@@ -241,6 +260,16 @@ static void client_done(void *ctx)
 void relay_to_client(relay *r, http_req *client, int status)
 {
     const char *ct = r->ctype[0] ? r->ctype : "application/octet-stream";
+    char *save = NULL, *copy = strdup(r->passthrough.data ? r->passthrough.data : "");
+    for (char *line = strtok_r(copy, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        char *colon = strchr(line, ':');
+        if (!colon) continue;
+        *colon = 0;
+        char *v = colon + 1;
+        while (*v == ' ') v++;
+        http_set_header(client, line, v);
+    }
+    free(copy);
     http_respond_stream(client, status, ct, client_read, client_done, r);
 }
 

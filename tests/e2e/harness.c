@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -193,6 +194,24 @@ int h_wait_port(h_proc *proc, int64_t timeout_ms)
     return proc->port;
 }
 
+const char *h_header(const h_resp *r, const char *name, char *out, size_t outlen)
+{
+    out[0] = 0;
+    size_t nl = strlen(name);
+    for (const char *line = r->headers; *line;) {
+        const char *end = strstr(line, "\r\n");
+        size_t len = end ? (size_t)(end - line) : strlen(line);
+        if (len > nl && !strncasecmp(line, name, nl) && line[nl] == ':') {
+            const char *v = line + nl + 1;
+            while (*v == ' ') v++;
+            snprintf(out, outlen, "%.*s", (int)(len - (size_t)(v - line)), v);
+            return out;
+        }
+        line = end ? end + 2 : line + len;
+    }
+    return NULL;
+}
+
 int h_log_contains(h_proc *proc, const char *text)
 {
     char *s = read_small_file(proc->log, 1 << 20);
@@ -264,6 +283,9 @@ int h_request(h_pool *p, const char *method, const char *path, const char *body,
     http_result res;
     http_call(&o, &res);
     out->status = res.status;
+    snprintf(out->headers, sizeof out->headers, "%s", res.headers ? res.headers : "");
+    free(res.headers);
+    res.headers = NULL;
     out->body = res.body;
     out->len = res.body_len;
     res.body = NULL;

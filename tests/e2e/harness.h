@@ -67,6 +67,8 @@ int h_log_contains(h_proc *proc, const char *text);
 int h_request(h_pool *p, const char *method, const char *path, const char *body, const char *const *headers,
               h_resp *out);
 void h_resp_free(h_resp *r);
+/* A response header's value, or NULL when absent. */
+const char *h_header(const h_resp *r, const char *name, char *out, size_t outlen);
 /* Raw bytes over a TCP socket (for invalid encodings and disconnects).
  * Returns the socket, after sending; caller closes. */
 int h_raw_connect_send(int port, const void *data, size_t len);

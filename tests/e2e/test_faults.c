@@ -1,4 +1,5 @@
 /* e2e: accepted work survives kill -9 of a worker or of the coordinator. */
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -125,11 +126,110 @@ static void coordinator_killed_and_restarted(void **state)
     h_resp_free(&r);
 }
 
+
+static int two_ready(void *ctx) { return h_node_count(ctx, "ready") == 2; }
+
+/* A machine that sleeps (SIGSTOP) stops heartbeating: after three missed
+ * beats it is offline, its running task is queued again and finishes on the
+ * other node; when it wakes it is ready again. */
+static void sleeping_worker_goes_offline(void **state)
+{
+    h_pool *p = *state;
+    h_start_coordinator(p, NULL);
+    h_proc *a = h_start_worker(p, "machine-a", SIM_ARGS, NULL);
+    h_proc *b = h_start_worker(p, "machine-b", SIM_ARGS, NULL);
+    long st;
+    char *id = h_submit_task(p, SLOW_TASK, NULL, &st);
+    running_ctx rc = {p, id, ""};
+    assert_true(h_wait_until(is_running, &rc, 10000));
+    char name[64];
+    node_name(p, rc.node, name, sizeof name);
+    h_proc *victim = !strcmp(name, "machine-a") ? a : b;
+    int64_t t0 = h_now_ms();
+    h_kill(victim, SIGSTOP);
+    json_t *t = h_wait_task_final(p, id, 20000);
+    int64_t took = h_now_ms() - t0;
+    assert_non_null(t);
+    assert_string_equal(json_string_value(json_object_get(t, "status")), "succeeded");
+    assert_string_not_equal(json_string_value(json_object_get(t, "node")), rc.node);
+    json_t *first = json_array_get(json_object_get(t, "attempt_history"), 0);
+    assert_string_equal(json_string_value(json_object_get(first, "outcome")), "node_offline");
+    json_decref(t);
+    /* offline after 3 x 200 ms heartbeats, not minutes */
+    assert_true(took < 6000);
+    assert_int_equal(h_node_count(p, "offline"), 1);
+    h_kill(victim, SIGCONT);
+    assert_true(h_wait_until(two_ready, p, 10000));
+    free(id);
+}
+
+/* The engine drops a stream half way: the client gets a final SSE error
+ * event in OpenAI's shape rather than a silent cut. */
+static void stream_cut_gets_error_event(void **state)
+{
+    h_pool *p = *state;
+    h_start_coordinator(p, NULL);
+    h_start_worker(p, "machine-a", "--ttft-ms%200%20--tps%20500%20--drop-rate%201", NULL);
+    h_resp r;
+    h_request(p, "POST", "/v1/chat/completions",
+              "{\"model\":\"sim-llama-8b\",\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":20}",
+              NULL, &r);
+    assert_int_equal(r.status, 200);
+    assert_non_null(r.body);
+    assert_non_null(strstr(r.body, "[simulated]"));
+    assert_null(strstr(r.body, "[DONE]"));
+    assert_non_null(strstr(r.body, "data: {\"error\":{"));
+    assert_non_null(strstr(r.body, "\"code\":\"upstream_interrupted\""));
+    h_resp_free(&r);
+}
+
+typedef struct slow_client { h_pool *p; long status; char retry_after[32]; } slow_client;
+static void *slow_call(void *arg)
+{
+    slow_client *c = arg;
+    h_resp r;
+    h_request(c->p, "POST", "/v1/chat/completions",
+              "{\"model\":\"sim-llama-8b\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":15}", NULL, &r);
+    c->status = r.status;
+    h_header(&r, "Retry-After", c->retry_after, sizeof c->retry_after);
+    h_resp_free(&r);
+    return NULL;
+}
+
+/* One slot and a queue of one: the third concurrent request is refused with
+ * 429 and a Retry-After; the other two are served. */
+static void full_queue_answers_429(void **state)
+{
+    h_pool *p = *state;
+    h_start_coordinator(p, "--queue-max 1");
+    h_start_worker(p, "machine-a", SIM_ARGS, NULL);
+    pthread_t t[3];
+    slow_client c[3];
+    for (int i = 0; i < 3; i++) {
+        c[i] = (slow_client){.p = p};
+        pthread_create(&t[i], NULL, slow_call, &c[i]);
+    }
+    for (int i = 0; i < 3; i++) pthread_join(t[i], NULL);
+    int ok = 0, refused = 0;
+    for (int i = 0; i < 3; i++) {
+        if (c[i].status == 200) ok++;
+        if (c[i].status == 429) {
+            refused++;
+            assert_true(atoi(c[i].retry_after) >= 1);
+        }
+    }
+    assert_int_equal(ok, 2);
+    assert_int_equal(refused, 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(worker_killed_mid_task, setup, teardown),
         cmocka_unit_test_setup_teardown(coordinator_killed_and_restarted, setup, teardown),
+        cmocka_unit_test_setup_teardown(sleeping_worker_goes_offline, setup, teardown),
+        cmocka_unit_test_setup_teardown(stream_cut_gets_error_event, setup, teardown),
+        cmocka_unit_test_setup_teardown(full_queue_answers_429, setup, teardown),
     };
     return cmocka_run_group_tests_name("e2e_faults", tests, NULL, NULL);
 }

@@ -40,6 +40,13 @@ static void chat_without_stream(void **state)
     assert_non_null(content);
     assert_non_null(strstr(content, "[simulated]"));
     assert_int_equal(json_integer_value(json_object_get(json_object_get(r.json, "usage"), "completion_tokens")), 6);
+    char v[128];
+    assert_non_null(h_header(&r, "X-Gpupool-Node", v, sizeof v));
+    assert_memory_equal(v, "node-", 5);
+    assert_non_null(h_header(&r, "X-Gpupool-Route", v, sizeof v));
+    assert_string_equal(v, "local");
+    assert_non_null(h_header(&r, "X-Gpupool-Simulated", v, sizeof v));
+    assert_string_equal(v, "true");
     h_resp_free(&r);
 }
 
