@@ -222,6 +222,47 @@ static void full_queue_answers_429(void **state)
     assert_int_equal(refused, 1);
 }
 
+static int node_not_ready(void *ctx) { return h_node_count(ctx, "not_ready") == 1; }
+
+/* A worker whose engine died fails its self-check: the coordinator tries the
+ * other node at once, the client never sees the failure, and the node shows
+ * not_ready until its engine answers again. */
+static void dead_engine_fails_self_check(void **state)
+{
+    h_pool *p = *state;
+    h_start_coordinator(p, NULL);
+    h_proc *sim = h_spawn(p, "engine-a", "sim-engine --listen 127.0.0.1:0 --ttft-ms 0 --tps 0", NULL);
+    h_wait_port(sim, 20000);
+    char engine[128];
+    snprintf(engine, sizeof engine, "--engine openai=http://127.0.0.1:%d", sim->port);
+    h_start_worker(p, "machine-a", NULL, engine);
+    h_start_worker(p, "machine-b", "--ttft-ms%200%20--tps%200", NULL);
+    h_kill(sim, SIGKILL);
+    h_wait_exit(sim, 5000);
+    /* Two at once: with both nodes idle, one of them is sent to machine-a. */
+    pthread_t t[2];
+    slow_client c[2];
+    for (int i = 0; i < 2; i++) {
+        c[i] = (slow_client){.p = p};
+        pthread_create(&t[i], NULL, slow_call, &c[i]);
+    }
+    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+    assert_int_equal(c[0].status, 200);
+    assert_int_equal(c[1].status, 200);
+    assert_true(h_log_contains(p->coord, "failed before answering"));
+    assert_true(h_wait_until(node_not_ready, p, 5000));
+    h_resp r;
+    h_request(p, "GET", "/v1/nodes", NULL, NULL, &r);
+    size_t i;
+    json_t *n;
+    json_array_foreach(json_object_get(r.json, "data"), i, n) {
+        if (strcmp(json_string_value(json_object_get(n, "state")), "not_ready")) continue;
+        assert_string_equal(json_string_value(json_object_get(n, "name")), "machine-a");
+        assert_non_null(json_string_value(json_object_get(n, "state_reason")));
+    }
+    h_resp_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -230,6 +271,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(sleeping_worker_goes_offline, setup, teardown),
         cmocka_unit_test_setup_teardown(stream_cut_gets_error_event, setup, teardown),
         cmocka_unit_test_setup_teardown(full_queue_answers_429, setup, teardown),
+        cmocka_unit_test_setup_teardown(dead_engine_fails_self_check, setup, teardown),
     };
     return cmocka_run_group_tests_name("e2e_faults", tests, NULL, NULL);
 }
