@@ -30,10 +30,13 @@ static void release_on_finish(void *ctx, const relay_outcome *o)
     free(h);
 }
 
-/* Whether the worker said it cannot serve this now (so another node may). */
-static int says_not_ready(const char *body)
+/* Whether the node, not the request, is the problem: its self-check failed
+ * (503 not_ready) or it refused the node token (401/403).  Another node may
+ * serve the same request. */
+static int node_refused(long status, const char *body)
 {
-    return body && strstr(body, "\"not_ready\"") != NULL;
+    if (status == 401 || status == 403) return 1;
+    return status == 503 && body && strstr(body, "\"not_ready\"") != NULL;
 }
 
 static void retry_after(coord *c, http_req *req)
@@ -48,12 +51,81 @@ static void retry_after(coord *c, http_req *req)
     http_set_header(req, "Retry-After", v);
 }
 
-static void answer_as_is(http_req *req, long status, const char *ctype, const char *body, size_t len,
-                         const node_lease *l)
+
+
+static void served_by(http_req *req, const node_lease *l)
 {
     http_set_header(req, "X-Gpupool-Node", l->node_id);
     http_set_header(req, "X-Gpupool-Route", "local");
-    http_respond(req, (int)status, ctype && *ctype ? ctype : "application/json", body, len);
+}
+
+/* Each forward_* returns 1 when the client has its answer (or has left), 0
+ * when the node failed before answering and another node may be tried. */
+static int forward_buffered(coord *c, http_req *req, const http_call_opts *o, const node_lease *lease,
+                            char *why, size_t whylen)
+{
+    http_result res;
+    relay_call_buffered(o, req, &res);
+    registry_release(c->reg, lease, mono_ms());
+    int done = 1;
+    if (res.status == 0 && http_req_client_gone(req)) {
+        api_error(req, 499, "invalid_request_error", "client_closed", NULL, "the client left");
+    } else if (res.status && !node_refused(res.status, res.body)) {
+        served_by(req, lease);
+        relay_respond_result(req, &res);
+    } else {
+        snprintf(why, whylen, "%s: %s", lease->node_id, res.status ? "refused the request" : res.error);
+        registry_mark_unreachable(c->reg, lease->node_id, res.status ? "refused the request" : res.error);
+        done = 0;
+    }
+    http_result_free(&res);
+    return done;
+}
+
+static int forward_stream(coord *c, http_req *req, const http_call_opts *o, const node_lease *lease,
+                          char *why, size_t whylen)
+{
+    lease_hold *h = malloc(sizeof *h);
+    h->reg = c->reg;
+    h->lease = *lease;
+    relay *r = relay_start(o, release_on_finish, h);
+    if (!r) {
+        registry_release(c->reg, lease, mono_ms());
+        free(h);
+        snprintf(why, whylen, "cannot start a thread");
+        return 0;
+    }
+    long status = relay_wait(r, 0, req);
+    if (status == 0 && http_req_client_gone(req)) {
+        relay_abandon(r);
+        api_error(req, 499, "invalid_request_error", "client_closed", NULL, "the client left");
+        return 1;
+    }
+    if (status == 200) {
+        served_by(req, lease);
+        relay_to_client(r, req, 200);
+        return 1;
+    }
+    if (status == 0) {
+        snprintf(why, whylen, "%s: %s", lease->node_id, relay_error(r));
+        registry_mark_unreachable(c->reg, lease->node_id, relay_error(r));
+        relay_abandon(r);
+        return 0;
+    }
+    size_t blen;
+    char ctype[128];
+    snprintf(ctype, sizeof ctype, "%s", relay_content_type(r));
+    char *b = relay_collect(r, 1 << 20, &blen);
+    int done = !node_refused(status, b);
+    if (done) {
+        served_by(req, lease);
+        http_respond(req, (int)status, ctype[0] ? ctype : "application/json", b, blen);
+    } else {
+        snprintf(why, whylen, "%s: refused (%ld)", lease->node_id, status);
+        registry_mark_unreachable(c->reg, lease->node_id, status == 503 ? "self-check failed" : "refused its node token");
+    }
+    free(b);
+    return done;
 }
 
 void api_openai_proxy(coord *c, http_req *req, int kind)
@@ -106,40 +178,9 @@ void api_openai_proxy(coord *c, http_req *req, int kind)
         http_call_opts o = {.method = "POST", .url = url, .body = raw, .body_len = len,
                             .bearer = lease.token, .timeout_ms = stream ? 0 : c->cfg.upstream_timeout_ms,
                             .idle_timeout_ms = stream ? c->cfg.upstream_timeout_ms : 0};
-        lease_hold *h = malloc(sizeof *h);
-        h->reg = c->reg;
-        h->lease = lease;
-        relay *r = relay_start(&o, release_on_finish, h);
-        if (!r) { registry_release(c->reg, &lease, mono_ms()); free(h); break; }
-        long status = relay_wait(r, 0, req);
-        if (status == 0 && http_req_client_gone(req)) {
-            relay_abandon(r);
-            api_error(req, 499, "invalid_request_error", "client_closed", NULL, "the client left");
-            return;
-        }
-        if (status == 200) {
-            http_set_header(req, "X-Gpupool-Node", lease.node_id);
-            http_set_header(req, "X-Gpupool-Route", "local");
-            relay_to_client(r, req, 200);
-            return;
-        }
-        if (status == 0) {
-            snprintf(last_error, sizeof last_error, "%s: %s", lease.node_id, relay_error(r));
-            registry_mark_unreachable(c->reg, lease.node_id, relay_error(r));
-            relay_abandon(r);
-        } else {
-            size_t blen;
-            char ctype[128];
-            snprintf(ctype, sizeof ctype, "%s", relay_content_type(r));
-            char *b = relay_collect(r, 1 << 20, &blen);
-            if (!(status == 503 && says_not_ready(b))) {
-                answer_as_is(req, status, ctype, b, blen, &lease);
-                free(b);
-                return;
-            }
-            snprintf(last_error, sizeof last_error, "%s: not ready", lease.node_id);
-            free(b);
-        }
+        int done = stream ? forward_stream(c, req, &o, &lease, last_error, sizeof last_error)
+                          : forward_buffered(c, req, &o, &lease, last_error, sizeof last_error);
+        if (done) return;
         log_warn("request for %s: node %s failed before answering (%s); trying another", model,
                  lease.node_id, last_error);
         snprintf(tried_ids[ntried], sizeof tried_ids[ntried], "%s", lease.node_id);

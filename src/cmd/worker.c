@@ -13,6 +13,7 @@
 #include "http/client.h"
 #include "http/relay.h"
 #include "http/server.h"
+#include "util/clock.h"
 #include "util/log.h"
 #include "util/opts.h"
 #include "worker/agent.h"
@@ -173,7 +174,7 @@ int cmd_worker(int argc0, char **argv0)
     static worker w;
     memset(&w, 0, sizeof w);
     pthread_mutex_init(&w.mu, NULL);
-    pthread_cond_init(&w.cv, NULL);
+    cond_init_monotonic(&w.cv); /* the agent waits with monotonic deadlines */
     int rc = 2, agent = 0;
     http_server *srv = NULL;
     if (parse(argc, argv, &o)) goto done;

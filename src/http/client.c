@@ -48,6 +48,7 @@ static void handle_put(CURL *h)
 
 typedef struct call_state {
     const http_stream_cbs *cb; /* NULL for buffered calls */
+    const http_call_opts *opts;
     buf body;
     buf head;
     long status;
@@ -109,6 +110,7 @@ static int on_progress(void *ud, curl_off_t a, curl_off_t b, curl_off_t c, curl_
     (void)a; (void)b; (void)c; (void)d;
     call_state *st = ud;
     if (st->cb && st->cb->cancelled && st->cb->cancelled(st->cb->ctx)) { st->stop = 1; return 1; }
+    if (st->opts->cancelled && st->opts->cancelled(st->opts->cancel_ctx)) { st->stop = 1; return 1; }
     return 0;
 }
 
@@ -118,6 +120,7 @@ static int perform(const http_call_opts *o, const http_stream_cbs *cb, http_resu
     call_state st;
     memset(&st, 0, sizeof st);
     st.cb = cb;
+    st.opts = o;
     CURL *h = handle_get();
     if (!h) { snprintf(res->error, sizeof res->error, "out of memory"); return -1; }
     st.h = h;
@@ -157,7 +160,7 @@ static int perform(const http_call_opts *o, const http_stream_cbs *cb, http_resu
     curl_easy_setopt(h, CURLOPT_HEADERDATA, &st);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &st);
-    if (cb && cb->cancelled) {
+    if ((cb && cb->cancelled) || o->cancelled) {
         curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
         curl_easy_setopt(h, CURLOPT_XFERINFODATA, &st);
         curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);

@@ -21,6 +21,8 @@ typedef struct http_call_opts {
     long timeout_ms;             /* whole call; 0 = none */
     long connect_timeout_ms;     /* 0 = 3000 */
     long idle_timeout_ms;        /* abort when no byte arrives for this long; 0 = none */
+    int (*cancelled)(void *ctx); /* polled while waiting; non-zero stops the call */
+    void *cancel_ctx;
 } http_call_opts;
 
 typedef struct http_result {

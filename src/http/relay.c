@@ -31,7 +31,7 @@ struct relay {
     int head, ended, reader_gone, error_sent;
     long status;
     char ctype[128];
-    buf passthrough; /* X-Gpupool-* headers from upstream, for the client */
+    buf passthrough; /* the upstream head's header lines */
     relay_outcome out;
     int64_t t0;
     relay_finish_fn fin;
@@ -54,16 +54,21 @@ static void relay_unref(relay *r)
     free(r);
 }
 
-/* Keeps the upstream's X-Gpupool-* headers (e.g. X-Gpupool-Simulated) so the
- * client sees what the node said about its answer. */
-static void keep_gpupool_headers(relay *r, const char *headers)
+/* Copies the X-Gpupool-* lines of an upstream head (e.g. X-Gpupool-Simulated)
+ * onto the client's answer, so the client sees what the node said. */
+static void pass_gpupool_headers(http_req *client, const char *headers)
 {
     for (const char *line = headers; line && *line;) {
         const char *end = strstr(line, "\r\n");
         size_t len = end ? (size_t)(end - line) : strlen(line);
-        if (len > 10 && !strncasecmp(line, "X-Gpupool-", 10)) {
-            buf_append(&r->passthrough, line, len);
-            buf_puts(&r->passthrough, "\n");
+        const char *colon = memchr(line, ':', len);
+        if (len > 10 && colon && !strncasecmp(line, "X-Gpupool-", 10)) {
+            char name[64], value[256];
+            snprintf(name, sizeof name, "%.*s", (int)(colon - line), line);
+            const char *v = colon + 1;
+            while (v < line + len && *v == ' ') v++;
+            snprintf(value, sizeof value, "%.*s", (int)(line + len - v), v);
+            http_set_header(client, name, value);
         }
         line = end ? end + 2 : line + len;
     }
@@ -73,7 +78,7 @@ static int up_status(void *ctx, long status, const char *ctype, const char *head
 {
     relay *r = ctx;
     pthread_mutex_lock(&r->mu);
-    keep_gpupool_headers(r, headers);
+    buf_puts(&r->passthrough, headers);
     r->head = 1;
     r->status = status;
     snprintf(r->ctype, sizeof r->ctype, "%s", ctype);
@@ -260,16 +265,7 @@ static void client_done(void *ctx)
 void relay_to_client(relay *r, http_req *client, int status)
 {
     const char *ct = r->ctype[0] ? r->ctype : "application/octet-stream";
-    char *save = NULL, *copy = strdup(r->passthrough.data ? r->passthrough.data : "");
-    for (char *line = strtok_r(copy, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
-        char *colon = strchr(line, ':');
-        if (!colon) continue;
-        *colon = 0;
-        char *v = colon + 1;
-        while (*v == ' ') v++;
-        http_set_header(client, line, v);
-    }
-    free(copy);
+    pass_gpupool_headers(client, r->passthrough.data);
     http_respond_stream(client, status, ct, client_read, client_done, r);
 }
 
@@ -294,4 +290,37 @@ void relay_abandon(relay *r)
 {
     mark_gone(r);
     relay_unref(r);
+}
+
+typedef struct client_watch {
+    http_req *client;
+    int64_t next_check;
+} client_watch;
+
+/* Polled by curl many times a second; looks at the socket at most every
+ * RELAY_CHECK_MS. */
+static int client_left(void *ctx)
+{
+    client_watch *w = ctx;
+    if (atomic_load(&aborting)) return 1;
+    int64_t now = mono_ms();
+    if (now < w->next_check) return 0;
+    w->next_check = now + RELAY_CHECK_MS;
+    return http_req_client_gone(w->client);
+}
+
+int relay_call_buffered(const http_call_opts *o, http_req *client, http_result *res)
+{
+    client_watch w = {client, mono_ms() + RELAY_CHECK_MS};
+    http_call_opts with_watch = *o;
+    with_watch.cancelled = client_left;
+    with_watch.cancel_ctx = &w;
+    return http_call(&with_watch, res);
+}
+
+void relay_respond_result(http_req *client, const http_result *res)
+{
+    pass_gpupool_headers(client, res->headers);
+    http_respond(client, (int)res->status, res->content_type[0] ? res->content_type : "application/json",
+                 res->body ? res->body : "", res->body_len);
 }

@@ -47,6 +47,14 @@ void relay_to_client(relay *r, http_req *client, int status);
 char *relay_collect(relay *r, size_t max, size_t *len);
 /* Cancels the upstream call and gives up the relay. */
 void relay_abandon(relay *r);
+/* The non-streamed path: one blocking call on the caller's thread, with no
+ * hand-off between threads, cancelled if the waiting client leaves.  The
+ * answer is small and buffered, and sent with a Content-Length. */
+int relay_call_buffered(const http_call_opts *o, http_req *client, http_result *res);
+/* Answers the client with an upstream result: its status, body, type and
+ * X-Gpupool-* headers. */
+void relay_respond_result(http_req *client, const http_result *res);
+
 /* At shutdown: cancels every relay's upstream call and ends every stream, so
  * no connection thread stays blocked on a slow engine. */
 void relay_abort_all(void);

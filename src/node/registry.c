@@ -228,8 +228,10 @@ int registry_register(registry *r, const char *bearer, json_t *req, const char *
     issue_token(r, nd, now);
     nd->last_beat = now;
     nd->seq = 0;
-    nd->state = NODE_READY;
-    nd->state_reason[0] = 0;
+    /* Work is sent only after a heartbeat proves the worker holds its new
+     * token; otherwise the first dispatch could race the worker storing it. */
+    nd->state = NODE_NOT_READY;
+    snprintf(nd->state_reason, sizeof nd->state_reason, "registered; waiting for its first heartbeat");
     absorb_report(nd, req);
     *resp = json_pack("{s:s, s:s, s:I, s:I}", "node_id", nd->id, "node_token", nd->token,
                       "token_expires_in_ms", (json_int_t)r->cfg.token_ttl_ms,

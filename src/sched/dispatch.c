@@ -136,6 +136,12 @@ static void record_outcome(exec *e, int rc, const http_result *res, enum cancel_
         free(text);
     } else if (res->status == 200) {
         retry_or_fail(e, "bad_engine_response", "the node answered 200 with no JSON object");
+    } else if (res->status == 401 || res->status == 403) {
+        /* The worker does not take this node token (it re-registered, or a
+         * token race): a node problem, not the task's. */
+        registry_mark_unreachable(d->cfg.reg, e->lease.node_id, "the worker refused its node token");
+        snprintf(msg, sizeof msg, "node %s refused the dispatch (%ld)", e->lease.node_id, res->status);
+        retry_or_fail(e, "node_auth", msg);
     } else if (res->status == 503 && ecode && !strcmp(ecode, "not_ready")) {
         registry_mark_unreachable(d->cfg.reg, e->lease.node_id, emsg ? emsg : "not ready");
         snprintf(msg, sizeof msg, "node %s not ready: %s", e->lease.node_id, emsg ? emsg : "");

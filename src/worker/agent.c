@@ -157,8 +157,14 @@ static void *agent_thread(void *arg)
         int registered = w->registered, stopping = w->stopping;
         pthread_mutex_unlock(&w->mu);
         if (stopping) break;
+        if (!registered) {
+            do_register(w);
+            pthread_mutex_lock(&w->mu);
+            registered = w->registered;
+            pthread_mutex_unlock(&w->mu);
+        }
+        /* Right after registering too: the first beat makes the node ready. */
         if (registered) do_heartbeat(w);
-        else do_register(w);
         pthread_mutex_lock(&w->mu);
         struct timespec ts = mono_deadline(w->heartbeat_ms);
         while (!w->stopping && pthread_cond_timedwait(&w->cv, &w->mu, &ts) == 0) {}

@@ -15,16 +15,20 @@ typedef struct job {
     int engine;
 } job;
 
-static void job_done(void *ctx, const relay_outcome *o)
+static void job_finished(job *j, const relay_outcome *o)
 {
-    job *j = ctx;
     worker *w = j->w;
     pthread_mutex_lock(&w->mu);
     w->inflight--;
     w->engines[j->engine].inflight--;
     pthread_mutex_unlock(&w->mu);
     if (o->upstream_failed) log_warn("engine call ended early: %s", o->error);
-    free(j);
+}
+
+static void job_done(void *ctx, const relay_outcome *o)
+{
+    job_finished(ctx, o);
+    free(ctx);
 }
 
 static void not_ready(http_req *req, const char *fmt, const char *arg)
@@ -32,6 +36,56 @@ static void not_ready(http_req *req, const char *fmt, const char *arg)
     char msg[300];
     snprintf(msg, sizeof msg, fmt, arg);
     api_error(req, 503, "server_error", "not_ready", NULL, "%s", msg);
+}
+
+static void engine_failed(worker *w, int idx, const char *url, const char *why)
+{
+    pthread_mutex_lock(&w->mu);
+    w->engines[idx].healthy = 0;
+    snprintf(w->engines[idx].error, sizeof w->engines[idx].error, "%.190s", why);
+    pthread_mutex_unlock(&w->mu);
+    log_warn("engine at %s did not answer: %s", url, why);
+}
+
+static void forward_buffered(worker *w, http_req *req, const http_call_opts *o, int idx)
+{
+    http_result res;
+    relay_call_buffered(o, req, &res);
+    relay_outcome none = {0};
+    job j = {w, idx};
+    job_finished(&j, &none);
+    if (res.status) relay_respond_result(req, &res);
+    else if (!http_req_client_gone(req)) {
+        engine_failed(w, idx, o->url, res.error);
+        not_ready(req, "the engine did not answer: %s", res.error);
+    }
+    http_result_free(&res);
+}
+
+static void forward_stream(worker *w, http_req *req, const http_call_opts *o, int idx)
+{
+    job *j = malloc(sizeof *j);
+    j->w = w;
+    j->engine = idx;
+    relay *r = relay_start(o, job_done, j);
+    if (!r) {
+        relay_outcome none = {0};
+        job_done(j, &none);
+        not_ready(req, "%s", "cannot start the engine call");
+        return;
+    }
+    long status = relay_wait(r, 0, req);
+    if (status == 0) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", relay_error(r));
+        relay_abandon(r);
+        if (!http_req_client_gone(req)) {
+            engine_failed(w, idx, o->url, why);
+            not_ready(req, "the engine did not answer: %s", why);
+        }
+        return;
+    }
+    relay_to_client(r, req, (int)status);
 }
 
 static void forward(worker *w, http_req *req)
@@ -66,32 +120,11 @@ static void forward(worker *w, http_req *req)
         json_decref(body);
         return;
     }
+    int stream = json_is_true(json_object_get(body, "stream"));
     json_decref(body);
-    job *j = malloc(sizeof *j);
-    j->w = w;
-    j->engine = pick;
     http_call_opts o = {.method = "POST", .url = url, .body = raw, .body_len = len};
-    relay *r = relay_start(&o, job_done, j);
-    if (!r) {
-        relay_outcome none = {0};
-        job_done(j, &none);
-        not_ready(req, "%s", "cannot start the engine call");
-        return;
-    }
-    long status = relay_wait(r, 0, req);
-    if (status == 0) {
-        char why[256];
-        snprintf(why, sizeof why, "%s", relay_error(r));
-        relay_abandon(r);
-        pthread_mutex_lock(&w->mu);
-        w->engines[pick].healthy = 0;
-        snprintf(w->engines[pick].error, sizeof w->engines[pick].error, "%.190s", why);
-        pthread_mutex_unlock(&w->mu);
-        log_warn("engine at %s did not answer: %s", url, why);
-        not_ready(req, "the engine did not answer: %s", why);
-        return;
-    }
-    relay_to_client(r, req, (int)status);
+    if (stream) forward_stream(w, req, &o, pick);
+    else forward_buffered(w, req, &o, pick);
 }
 
 void frontdoor_handle(http_req *req, void *app)

@@ -48,6 +48,12 @@ static const char *bin(void)
     return b && *b ? b : "build-asan/gpupool";
 }
 
+void h_apply_filter(void)
+{
+    const char *f = getenv("GPUPOOL_TEST_FILTER");
+    if (f && *f) cmocka_set_test_filter(f);
+}
+
 void h_pool_init(h_pool *p, const char *test_name)
 {
     static int once;

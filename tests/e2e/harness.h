@@ -41,6 +41,8 @@ typedef struct h_resp {
     json_t *json;            /* parsed body when it is JSON */
 } h_resp;
 
+/* Runs only the tests matching $GPUPOOL_TEST_FILTER (a cmocka pattern). */
+void h_apply_filter(void);
 /* A fresh temporary directory for one test's pool. */
 void h_pool_init(h_pool *p, const char *test_name);
 /* Stops every process and removes the directory.  Returns how many problems

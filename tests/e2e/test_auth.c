@@ -142,6 +142,7 @@ static void address_allowlist(void **state)
 
 int main(void)
 {
+    h_apply_filter();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(wrong_join_token_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(stolen_node_token_refused, setup, teardown),

@@ -139,6 +139,7 @@ static void nothing_lost_and_still_up(void **state)
 
 int main(void)
 {
+    h_apply_filter();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(malformed_and_non_utf8_json),
         cmocka_unit_test(wrong_types_and_missing_fields),

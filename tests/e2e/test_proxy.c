@@ -222,6 +222,7 @@ static void client_disconnect_cancels_upstream(void **state)
 
 int main(void)
 {
+    h_apply_filter();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(chat_without_stream),
         cmocka_unit_test(chat_stream_relays_events),

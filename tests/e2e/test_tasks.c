@@ -151,6 +151,7 @@ static void cancel(void **state)
 
 int main(void)
 {
+    h_apply_filter();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(lifecycle),
         cmocka_unit_test(embedding_and_completion_tasks),

@@ -79,7 +79,11 @@ static json_t *report(const char *fp, const char *model, int slots)
                      "free_bytes", (json_int_t)50, "engines", "kind", "sim", "healthy", 1, "models", model, "slots", slots);
 }
 
-static void join(registry *r, const char *fp, int64_t now, char *id, char *token)
+static int beat(registry *r, const char *id, const char *token, const char *fp, int seq, const char *peer, int64_t now,
+                char *new_token);
+
+/* Registers, without the first heartbeat: the node is not ready yet. */
+static void join_only(registry *r, const char *fp, int64_t now, char *id, char *token)
 {
     json_t *req = report(fp, "m", 2), *resp = NULL;
     char why[200];
@@ -88,6 +92,13 @@ static void join(registry *r, const char *fp, int64_t now, char *id, char *token
     strcpy(token, json_string_value(json_object_get(resp, "node_token")));
     json_decref(req);
     json_decref(resp);
+}
+
+/* Registers and sends the first heartbeat, which makes the node ready. */
+static void join(registry *r, const char *fp, int64_t now, char *id, char *token)
+{
+    join_only(r, fp, now, id, token);
+    assert_int_equal(beat(r, id, token, fp, 1, "127.0.0.1", now, NULL), 200);
 }
 
 static int beat(registry *r, const char *id, const char *token, const char *fp, int seq, const char *peer, int64_t now,
@@ -143,7 +154,7 @@ static void heartbeat_token_bound_to_machine_and_address(void **state)
     registry *r = new_registry();
     char id[64], tok[80];
     join(r, FP_A, 0, id, tok);
-    assert_int_equal(beat(r, id, tok, FP_A, 1, "127.0.0.1", 100, NULL), 200);
+    assert_int_equal(beat(r, id, tok, FP_A, 2, "127.0.0.1", 100, NULL), 200);
     assert_int_equal(beat(r, id, tok, FP_B, 2, "127.0.0.1", 200, NULL), 403);
     assert_int_equal(beat(r, id, tok, FP_A, 3, "127.0.0.2", 300, NULL), 403);
     assert_int_equal(beat(r, id, "forged", FP_A, 4, "127.0.0.1", 400, NULL), 401);
@@ -159,15 +170,15 @@ static void token_rotates_at_half_life_and_old_one_lingers(void **state)
     registry *r = new_registry();
     char id[64], tok[80], fresh[80];
     join(r, FP_A, 0, id, tok);
-    assert_int_equal(beat(r, id, tok, FP_A, 1, "127.0.0.1", 1000, fresh), 200);
+    assert_int_equal(beat(r, id, tok, FP_A, 2, "127.0.0.1", 1000, fresh), 200);
     assert_string_equal(fresh, "");
-    assert_int_equal(beat(r, id, tok, FP_A, 2, "127.0.0.1", 5000, fresh), 200);
+    assert_int_equal(beat(r, id, tok, FP_A, 3, "127.0.0.1", 5000, fresh), 200);
     assert_true(strlen(fresh) > 20);
     assert_string_not_equal(fresh, tok);
     /* the old token works until its own expiry, the new one after it */
-    assert_int_equal(beat(r, id, tok, FP_A, 3, "127.0.0.1", 6000, NULL), 200);
-    assert_int_equal(beat(r, id, tok, FP_A, 4, "127.0.0.1", 10001, NULL), 401);
-    assert_int_equal(beat(r, id, fresh, FP_A, 5, "127.0.0.1", 10002, NULL), 200);
+    assert_int_equal(beat(r, id, tok, FP_A, 4, "127.0.0.1", 6000, NULL), 200);
+    assert_int_equal(beat(r, id, tok, FP_A, 5, "127.0.0.1", 10001, NULL), 401);
+    assert_int_equal(beat(r, id, fresh, FP_A, 6, "127.0.0.1", 10002, NULL), 200);
     registry_free(r);
 }
 
@@ -185,7 +196,7 @@ static void missed_heartbeats_mark_offline(void **state)
     node_lease l;
     assert_int_equal(registry_acquire(r, "m", NULL, 0, &l), PLACE_UNAVAILABLE);
     /* a heartbeat brings it back */
-    assert_int_equal(beat(r, id, tok, FP_A, 1, "127.0.0.1", 4100, NULL), 200);
+    assert_int_equal(beat(r, id, tok, FP_A, 2, "127.0.0.1", 4100, NULL), 200);
     assert_int_equal(registry_acquire(r, "m", NULL, 0, &l), PLACE_OK);
     registry_free(r);
 }
@@ -228,8 +239,26 @@ static void unreachable_node_skipped_until_heartbeat(void **state)
     json_t *nodes = registry_nodes_json(r, 10);
     assert_string_equal(json_string_value(json_object_get(json_array_get(nodes, 0), "state")), "not_ready");
     json_decref(nodes);
-    assert_int_equal(beat(r, id, tok, FP_A, 1, "127.0.0.1", 100, NULL), 200);
+    assert_int_equal(beat(r, id, tok, FP_A, 2, "127.0.0.1", 100, NULL), 200);
     assert_int_equal(registry_acquire(r, "m", NULL, 0, &l), PLACE_OK);
+    registry_free(r);
+}
+
+static void ready_only_after_first_heartbeat(void **state)
+{
+    (void)state;
+    registry *r = new_registry();
+    char id[64], tok[80];
+    join_only(r, FP_A, 0, id, tok);
+    node_lease l;
+    assert_int_equal(registry_acquire(r, "m", NULL, 0, &l), PLACE_UNAVAILABLE);
+    assert_int_equal(beat(r, id, tok, FP_A, 5, "127.0.0.1", 10, NULL), 200);
+    assert_int_equal(registry_acquire(r, "m", NULL, 0, &l), PLACE_OK);
+    registry_release(r, &l, 11);
+    /* an older beat arriving late changes nothing */
+    registry_mark_unreachable(r, id, "test");
+    assert_int_equal(beat(r, id, tok, FP_A, 4, "127.0.0.1", 12, NULL), 200);
+    assert_int_equal(registry_acquire(r, "m", NULL, 0, &l), PLACE_UNAVAILABLE);
     registry_free(r);
 }
 
@@ -266,6 +295,7 @@ int main(void)
         cmocka_unit_test(missed_heartbeats_mark_offline),
         cmocka_unit_test(leases_respect_slots),
         cmocka_unit_test(unreachable_node_skipped_until_heartbeat),
+        cmocka_unit_test(ready_only_after_first_heartbeat),
         cmocka_unit_test(models_union_of_live_nodes),
     };
     return cmocka_run_group_tests_name("sched", tests, NULL, NULL);
