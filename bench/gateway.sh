@@ -1,0 +1,198 @@
+#!/usr/bin/env bash
+# bench/gateway.sh - gateway overhead of the gpupool coordinator + worker.
+#
+# What it measures: non-streaming chat completions (max_tokens 1) against the
+# GPU-free simulator with no think time (--ttft-ms 0 --tps 0), driven by wrk
+# with identical settings on three paths, all in one run:
+#   gateway  wrk -> coordinator -> worker -> engine      (what we ship)
+#   direct   wrk -> engine                               (floor: no proxy at all)
+#   nginx2   wrk -> nginx -> nginx -> engine             (baseline: same hop count,
+#            two chained nginx reverse proxies with keepalive upstreams)
+# It prints req/s, p50 and p99 per path, then gateway/nginx2 and gateway/direct
+# throughput ratios (target: gateway/nginx2 >= 1.0x) and the p50 the gateway
+# adds over direct (target < 0.3 ms) and over the nginx chain.
+#
+# Run:  bench/gateway.sh            (from anywhere; builds build-bench/gpupool if missing)
+# Env:  THREADS=2 CONNS=16 DURATION=10s WARMUP=3s  wrk settings, same for every path
+#       SLOTS=64        simulator + worker slots (keep CONNS <= SLOTS: no queueing)
+#       NGINX_WORKERS=auto  worker_processes of each nginx
+#       PERF=1          also `perf record -g` the coordinator during the gateway run
+#       GPUPOOL=path    binary to use (default build-bench/gpupool)
+# Raw wrk outputs, logs and the perf data go to bench/out/ (gitignored).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+OUT="$ROOT/bench/out"
+BIN=${GPUPOOL:-$ROOT/build-bench/gpupool}
+THREADS=${THREADS:-2} CONNS=${CONNS:-16} DURATION=${DURATION:-10s} WARMUP=${WARMUP:-3s}
+SLOTS=${SLOTS:-64} NGINX_WORKERS=${NGINX_WORKERS:-auto} PERF=${PERF:-0}
+MODEL=sim-llama-8b TOKEN=bench-token
+[ "$CONNS" -le "$SLOTS" ] || echo "note: CONNS=$CONNS > SLOTS=$SLOTS, requests will queue" >&2
+
+die() { echo "gateway.sh: $*" >&2; exit 1; }
+
+# --- dependencies --------------------------------------------------------------
+need_pkgs=()
+command -v wrk >/dev/null || need_pkgs+=(wrk)
+[ -x /usr/sbin/nginx ] || command -v nginx >/dev/null || need_pkgs+=(nginx-light)
+command -v curl >/dev/null || need_pkgs+=(curl)
+command -v python3 >/dev/null || need_pkgs+=(python3)
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  echo "installing ${need_pkgs[*]}"
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}"
+fi
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+if [ ! -x "$BIN" ]; then
+  [ -z "${GPUPOOL:-}" ] || die "$BIN is not executable"
+  make -C "$ROOT" B=build-bench build-bench/gpupool >/dev/null || die "build failed"
+fi
+
+# --- processes and cleanup -------------------------------------------------------
+TMP=$(mktemp -d /tmp/gpupool-gateway.XXXXXX)
+chmod 755 "$TMP"   # nginx workers may run as another user
+mkdir -p "$OUT"
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+
+# wait_port FILE: echo the port the last started process wrote to FILE (deadline 15 s)
+wait_port() {
+  for _ in $(seq 150); do
+    [ -s "$1" ] && { cat "$1"; return; }
+    kill -0 "${PIDS[-1]}" 2>/dev/null || die "${PIDS[-1]} exited before listening (see logs in $OUT)"
+    sleep 0.1
+  done
+  die "no port in $1 (see logs in $OUT)"
+}
+
+# wait_ok URL [GREP]: until URL answers 200 (and contains GREP), deadline 30 s
+wait_ok() {
+  for _ in $(seq 300); do
+    if body=$(curl -fsS --max-time 1 "$2" 2>/dev/null); then
+      [ -z "${3:-}" ] || grep -q "$3" <<<"$body" && return 0
+    fi
+    sleep 0.1
+  done
+  die "$1 did not become ready at $2"
+}
+
+# Engine: one fast simulator that all three paths share.
+"$BIN" sim-engine --listen 127.0.0.1:0 --port-file "$TMP/eport" --ttft-ms 0 --tps 0 \
+  --slots "$SLOTS" --model "$MODEL" >"$OUT/gateway-sim.log" 2>&1 &
+PIDS+=($!)
+EPORT=$(wait_port "$TMP/eport")
+wait_ok engine "http://127.0.0.1:$EPORT/v1/models" "$MODEL"
+
+# Coordinator + worker: queue large enough that nothing is refused.
+"$BIN" serve --listen 127.0.0.1:0 --port-file "$TMP/cport" --data "$TMP/data" --join-token "$TOKEN" \
+  --queue-max 4096 --queue-timeout-ms 60000 >"$OUT/gateway-coord.log" 2>&1 &
+CPID=$!; PIDS+=($CPID)
+CPORT=$(wait_port "$TMP/cport")
+"$BIN" worker --coordinator "http://127.0.0.1:$CPORT" --join-token "$TOKEN" --listen 127.0.0.1:0 \
+  --port-file "$TMP/wport" --engine "openai=http://127.0.0.1:$EPORT" --slots "$SLOTS" \
+  >"$OUT/gateway-worker.log" 2>&1 &
+PIDS+=($!)
+wait_port "$TMP/wport" >/dev/null
+wait_ok coordinator "http://127.0.0.1:$CPORT/v1/models" "$MODEL"
+
+# Two chained nginx instances (front -> back -> engine), keepalive upstreams.
+NG_BACK=$(free_port) NG_FRONT=$(free_port)
+nginx_conf() { # name listen-port upstream-port
+  local d="$TMP/$1"; mkdir -p "$d/logs"
+  local user=""; [ "$(id -u)" -eq 0 ] && user="user root root;"
+  cat >"$d/nginx.conf" <<EOF
+$user
+worker_processes $NGINX_WORKERS;
+daemon off;
+pid $d/nginx.pid;
+error_log $d/logs/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $d/body; proxy_temp_path $d/proxy;
+  fastcgi_temp_path $d/fcgi; uwsgi_temp_path $d/uwsgi; scgi_temp_path $d/scgi;
+  keepalive_requests 1000000;
+  upstream up { server 127.0.0.1:$3; keepalive 128; keepalive_requests 1000000; }
+  server {
+    listen 127.0.0.1:$2;
+    location / {
+      proxy_pass http://up;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering on;
+    }
+  }
+}
+EOF
+  "$NGINX" -p "$d" -c "$d/nginx.conf" -e "$d/logs/error.log" >"$OUT/gateway-nginx-$1.log" 2>&1 &
+  PIDS+=($!)
+}
+nginx_conf back "$NG_BACK" "$EPORT"
+nginx_conf front "$NG_FRONT" "$NG_BACK"
+wait_ok nginx-chain "http://127.0.0.1:$NG_FRONT/v1/models" "$MODEL"
+
+# --- load --------------------------------------------------------------------------
+cat >"$TMP/chat.lua" <<EOF
+wrk.method = "POST"
+wrk.body = '{"model":"$MODEL","messages":[{"role":"user","content":"hi"}],"max_tokens":1}'
+wrk.headers["Content-Type"] = "application/json"
+EOF
+for path in gateway direct nginx2; do  # each must answer a chat before we load it
+  case $path in gateway) p=$CPORT;; direct) p=$EPORT;; nginx2) p=$NG_FRONT;; esac
+  curl -fsS --max-time 5 -H 'Content-Type: application/json' \
+    -d "{\"model\":\"$MODEL\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":1}" \
+    "http://127.0.0.1:$p/v1/chat/completions" >/dev/null || die "$path does not answer chats"
+done
+
+# to_ms VALUE-WITH-UNIT  (wrk prints 812.00us, 1.23ms, 1.01s, 1.2m)
+to_ms() { awk -v v="$1" 'BEGIN{ n=v+0; u=v; sub(/^[0-9.]+/,"",u);
+  f=(u=="us")?0.001:(u=="ms")?1:(u=="s")?1000:(u=="m")?60000:-1;
+  if (f<0) { print "nan"; exit 1 } printf "%.3f", n*f }'; }
+
+declare -A RPS P50 P99 ERRS
+run_path() { # name port
+  local url="http://127.0.0.1:$2/v1/chat/completions" f="$OUT/gateway-wrk-$1.txt"
+  wrk -t"$THREADS" -c"$CONNS" -d"$WARMUP" -s "$TMP/chat.lua" "$url" >/dev/null
+  local perf_pid=""
+  if [ "$PERF" = 1 ] && [ "$1" = gateway ]; then
+    perf record -g -o "$OUT/gateway-coord.perf.data" -p "$CPID" >/dev/null 2>&1 & perf_pid=$!
+  fi
+  wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency -s "$TMP/chat.lua" "$url" >"$f"
+  if [ -n "$perf_pid" ]; then kill -INT "$perf_pid"; wait "$perf_pid" || true; fi
+  RPS[$1]=$(awk '/^Requests\/sec:/{print $2}' "$f")
+  P50[$1]=$(to_ms "$(awk '$1=="50%"{print $2}' "$f")")
+  P99[$1]=$(to_ms "$(awk '$1=="99%"{print $2}' "$f")")
+  ERRS[$1]=$(awk '/Non-2xx/{n+=$NF} /Socket errors/{gsub(/,/,""); n+=$4+$6+$8+$10} END{print n+0}' "$f")
+  [ -n "${RPS[$1]}" ] || die "could not parse $f"
+}
+echo "wrk -t$THREADS -c$CONNS -d$DURATION (warm-up $WARMUP) per path; engine slots $SLOTS; $(nproc) CPUs"
+run_path gateway "$CPORT"
+run_path direct "$EPORT"
+run_path nginx2 "$NG_FRONT"
+
+# --- report ------------------------------------------------------------------------
+{
+  printf '\n%-28s %12s %10s %10s %8s\n' path req/s p50_ms p99_ms errors
+  for p in gateway direct nginx2; do
+    case $p in gateway) d="coordinator->worker->engine";; direct) d="engine directly";; nginx2) d="nginx->nginx->engine";; esac
+    printf '%-28s %12.1f %10.3f %10.3f %8d\n' "$d" "${RPS[$p]}" "${P50[$p]}" "${P99[$p]}" "${ERRS[$p]}"
+  done
+  awk -v g="${RPS[gateway]}" -v d="${RPS[direct]}" -v n="${RPS[nginx2]}" \
+      -v gp="${P50[gateway]}" -v dp="${P50[direct]}" -v np="${P50[nginx2]}" 'BEGIN{
+    printf "\nthroughput gateway/nginx-chain : %.2fx  (target >= 1.00x) %s\n", g/n, (g/n>=1)?"OK":"BELOW TARGET"
+    printf "throughput gateway/direct      : %.2fx\n", g/d
+    printf "p50 added over direct          : %+.3f ms (target < 0.300 ms) %s\n", gp-dp, (gp-dp<0.3)?"OK":"ABOVE TARGET"
+    printf "p50 added over nginx chain     : %+.3f ms\n", gp-np
+  }'
+} | tee "$OUT/gateway-summary.txt"
+total_errs=$(( ${ERRS[gateway]} + ${ERRS[direct]} + ${ERRS[nginx2]} ))
+[ "$total_errs" -eq 0 ] || { echo "warning: $total_errs failed requests (see $OUT/gateway-wrk-*.txt)"; exit 2; }
