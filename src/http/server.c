@@ -316,8 +316,8 @@ http_server *http_server_start(const http_server_opts *o, char *err, size_t errl
     if (!strcmp(host, "localhost")) snprintf(host, sizeof host, "127.0.0.1");
     struct sockaddr_storage ss;
     memset(&ss, 0, sizeof ss);
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                     MHD_USE_ERROR_LOG | MHD_USE_TCP_FASTOPEN * 0;
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
+                     MHD_USE_ERROR_LOG;
     struct sockaddr_in *v4 = (struct sockaddr_in *)&ss;
     struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&ss;
     if (inet_pton(AF_INET, host, &v4->sin_addr) == 1) {
