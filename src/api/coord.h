@@ -29,11 +29,16 @@ typedef struct coord {
     int64_t started_mono;
 } coord;
 
-/* The one HTTP handler: routes, authenticates, records metrics. */
+/* The HTTP handlers: the fast one runs on the event loop and takes the
+ * proxied calls that can go out at once; the other runs on a pool thread
+ * and may block.  Both route and authenticate; coord_observe records metrics. */
+http_fast_rc coord_fast(http_req *req, void *app);
 void coord_handle(http_req *req, void *app);
+void coord_observe(http_req *req, int status, int64_t dur_us, void *app);
 
 /* Handlers, one file each (api/openai.c, api/tasks.c, api/nodes.c). */
 void api_openai_proxy(coord *c, http_req *req, int kind);
+http_fast_rc api_openai_fast(coord *c, http_req *req, int kind);
 void api_models(coord *c, http_req *req);
 void api_tasks_create(coord *c, http_req *req);
 void api_tasks_get(coord *c, http_req *req, const char *id);

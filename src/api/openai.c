@@ -17,6 +17,13 @@
 
 #define MAX_TRIES 8
 
+/* Nodes a request already failed on, carried from the fast path to the
+ * blocking one so the retry goes elsewhere. */
+typedef struct tried_nodes {
+    char ids[MAX_TRIES][40];
+    int n;
+} tried_nodes;
+
 typedef struct lease_hold {
     registry *reg;
     node_lease lease;
@@ -153,11 +160,17 @@ void api_openai_proxy(coord *c, http_req *req, int kind)
     const char *tried[MAX_TRIES];
     char tried_ids[MAX_TRIES][40];
     int ntried = 0;
+    tried_nodes *earlier = http_req_ctx(req);
+    for (int i = 0; earlier && i < earlier->n; i++) {
+        snprintf(tried_ids[ntried], sizeof tried_ids[ntried], "%s", earlier->ids[i]);
+        tried[ntried] = tried_ids[ntried];
+        ntried++;
+    }
     char last_error[300] = "";
     int tries = c->cfg.max_attempts < MAX_TRIES ? c->cfg.max_attempts : MAX_TRIES;
     int64_t deadline = mono_ms() + c->cfg.queue_timeout_ms;
 
-    for (int attempt = 0; attempt < tries; attempt++) {
+    for (int attempt = ntried; attempt < tries; attempt++) {
         node_lease lease;
         reg_wait w = registry_acquire_wait(c->reg, model, tried, ntried, deadline, c->cfg.queue_max, &lease);
         if (w == REG_NO_MODEL) {
@@ -202,4 +215,86 @@ void api_models(coord *c, http_req *req)
     json_t *j = registry_models_json(c->reg, mono_ms());
     http_respond_json(req, 200, j);
     json_decref(j);
+}
+
+/* ---- the fast path: on the event loop, no thread waits ---- */
+
+typedef struct fast_call {
+    coord *c;
+    http_req *req;
+    node_lease lease;
+} fast_call;
+
+static void fast_done(void *ctx, http_result *res)
+{
+    fast_call *f = ctx;
+    http_req *req = f->req;
+    registry_release(f->c->reg, &f->lease, mono_ms());
+    if (res->status && !node_refused(res->status, res->body)) {
+        served_by(req, &f->lease);
+        relay_respond_result(req, res);
+        http_req_complete(req);
+    } else if (res->status == 0 && http_req_client_gone(req)) {
+        api_error(req, 499, "invalid_request_error", "client_closed", NULL, "the client left");
+        http_req_complete(req);
+    } else {
+        /* The node failed before answering: the blocking path retries on
+         * other nodes, waiting for a slot if it must. */
+        const char *why = res->status ? "refused the request" : res->error;
+        registry_mark_unreachable(f->c->reg, f->lease.node_id, why);
+        log_warn("node %s failed before answering (%s); trying another", f->lease.node_id, why);
+        tried_nodes *t = calloc(1, sizeof *t);
+        if (t) {
+            snprintf(t->ids[0], sizeof t->ids[0], "%s", f->lease.node_id);
+            t->n = 1;
+            http_req_set_ctx(req, t, free);
+        }
+        http_req_run_handler(req);
+    }
+    free(f);
+}
+
+http_fast_rc api_openai_fast(coord *c, http_req *req, int kind)
+{
+    json_t *body = api_read_json_object(req);
+    if (!body) return HTTP_HANDLED;
+    api_invalid why;
+    if (api_validate_body((api_kind)kind, body, &why)) {
+        api_bad_request(req, why.code, why.param[0] ? why.param : NULL, "%s", why.message);
+        json_decref(body);
+        return HTTP_HANDLED;
+    }
+    const char *model = json_string_value(json_object_get(body, "model"));
+    int stream = json_is_true(json_object_get(body, "stream"));
+    if (!registry_model_known(c->reg, model)) {
+        api_error(req, 404, "invalid_request_error", "model_not_found", "model",
+                  "the model '%s' is not served by any node in the pool", model);
+        json_decref(body);
+        return HTTP_HANDLED;
+    }
+    /* Streams, and calls that would have to wait for a slot, block a pool
+     * thread instead; so do calls while others already wait (first come,
+     * first served). */
+    fast_call *f = NULL;
+    if (stream || registry_waiters(c->reg) > 0 || !(f = calloc(1, sizeof *f)) ||
+        registry_acquire(c->reg, model, NULL, 0, &f->lease) != PLACE_OK) {
+        free(f);
+        json_decref(body);
+        return HTTP_PASS;
+    }
+    json_decref(body);
+    f->c = c;
+    f->req = req;
+    size_t len;
+    const char *raw = http_req_body(req, &len);
+    char url[512];
+    snprintf(url, sizeof url, "%s%s", f->lease.address, api_kind_path((api_kind)kind));
+    http_call_opts o = {.method = "POST", .url = url, .body = raw, .body_len = len, .bearer = f->lease.token,
+                        .timeout_ms = c->cfg.upstream_timeout_ms};
+    if (relay_call_async(&o, req, fast_done, f)) {
+        registry_release(c->reg, &f->lease, mono_ms());
+        free(f);
+        return HTTP_PASS;
+    }
+    return HTTP_DEFERRED;
 }

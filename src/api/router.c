@@ -27,6 +27,23 @@ static int authorized(coord *c, http_req *req)
 
 static int is(const char *a, const char *b) { return !strcmp(a, b); }
 
+static const struct {
+    const char *path;
+    metrics_route route;
+    int kind;
+} proxied[] = {
+    {"/v1/chat/completions", ROUTE_CHAT, KIND_CHAT},
+    {"/v1/completions", ROUTE_COMPLETIONS, KIND_COMPLETION},
+    {"/v1/embeddings", ROUTE_EMBEDDINGS, KIND_EMBEDDING},
+};
+
+static int proxied_index(const char *path)
+{
+    for (size_t i = 0; i < sizeof proxied / sizeof proxied[0]; i++)
+        if (is(path, proxied[i].path)) return (int)i;
+    return -1;
+}
+
 static metrics_route route_and_run(coord *c, http_req *req)
 {
     const char *m = http_req_method(req), *p = http_req_path(req);
@@ -40,16 +57,11 @@ static metrics_route route_and_run(coord *c, http_req *req)
     if (is(p, "/internal/v1/register") && post) { api_register(c, req); return ROUTE_REGISTER; }
     if (is(p, "/internal/v1/heartbeat") && post) { api_heartbeat(c, req); return ROUTE_HEARTBEAT; }
 
-    static const struct { const char *path; metrics_route route; int kind; } proxied[] = {
-        {"/v1/chat/completions", ROUTE_CHAT, KIND_CHAT},
-        {"/v1/completions", ROUTE_COMPLETIONS, KIND_COMPLETION},
-        {"/v1/embeddings", ROUTE_EMBEDDINGS, KIND_EMBEDDING},
-    };
-    for (size_t i = 0; i < sizeof proxied / sizeof proxied[0]; i++) {
-        if (!is(p, proxied[i].path)) continue;
+    int px = proxied_index(p);
+    if (px >= 0) {
         if (!post) goto wrong_method;
-        if (authorized(c, req)) api_openai_proxy(c, req, proxied[i].kind);
-        return proxied[i].route;
+        if (authorized(c, req)) api_openai_proxy(c, req, proxied[px].kind);
+        return proxied[px].route;
     }
     if (is(p, "/v1/models")) {
         if (!get) goto wrong_method;
@@ -79,10 +91,25 @@ wrong_method:
     return ROUTE_OTHER;
 }
 
-void coord_handle(http_req *req, void *app)
+http_fast_rc coord_fast(http_req *req, void *app)
 {
     coord *c = app;
-    int64_t t0 = mono_us();
-    metrics_route r = route_and_run(c, req);
-    metrics_observe(r, http_resp_status(req), mono_us() - t0);
+    int px = proxied_index(http_req_path(req));
+    if (px < 0 || !is(http_req_method(req), "POST")) return HTTP_PASS;
+    http_req_set_tag(req, (int)proxied[px].route + 1);
+    if (!authorized(c, req)) return HTTP_HANDLED;
+    return api_openai_fast(c, req, proxied[px].kind);
+}
+
+void coord_handle(http_req *req, void *app)
+{
+    http_req_set_tag(req, (int)route_and_run(app, req) + 1);
+}
+
+void coord_observe(http_req *req, int status, int64_t dur_us, void *app)
+{
+    (void)app;
+    /* Tags are route + 1, so an untagged answer (e.g. an early 413) is "other". */
+    int tag = http_req_tag(req);
+    metrics_observe(tag > 0 ? (metrics_route)(tag - 1) : ROUTE_OTHER, status, dur_us);
 }

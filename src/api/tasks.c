@@ -119,7 +119,7 @@ void api_tasks_create(coord *c, http_req *req)
         http_set_header(req, "X-Gpupool-Task", id);
         http_respond_json(req, 202, j);
         json_decref(j);
-        dispatcher_wake(c->disp);
+        dispatcher_task_queued(c->disp);
     }
 out:
     json_decref(in);

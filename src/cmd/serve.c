@@ -213,7 +213,8 @@ int cmd_serve(int argc0, char **argv0)
     registry_on_change(reg, (void (*)(void *))dispatcher_wake, disp);
 
     coord c = {.cfg = o.cc, .st = st, .reg = reg, .disp = disp, .started_mono = mono_ms()};
-    http_server_opts ho = {.listen = o.listen, .max_body = o.max_body, .handler = coord_handle, .app = &c};
+    http_server_opts ho = {.listen = o.listen, .max_body = o.max_body, .fast = coord_fast, .handler = coord_handle,
+                           .observe = coord_observe, .app = &c};
     srv = http_server_start(&ho, err, sizeof err);
     if (!srv) { fprintf(stderr, "gpupool serve: %s\n", err); goto done; }
     int port = http_server_port(srv);
@@ -237,6 +238,7 @@ int cmd_serve(int argc0, char **argv0)
     rc = 0;
 done:
     relay_abort_all();
+    if (reg) registry_shutdown(reg);
     http_server_stop(srv);
     dispatcher_stop(disp);
     registry_free(reg);

@@ -193,7 +193,7 @@ int cmd_worker(int argc0, char **argv0)
     log_info("GPUs from %s", gpu_source_name(gpu_probe_source(w.probe)));
     if (setup_engines(&w, &o)) goto done;
 
-    http_server_opts ho = {.listen = o.listen, .handler = frontdoor_handle, .app = &w};
+    http_server_opts ho = {.listen = o.listen, .fast = frontdoor_fast, .handler = frontdoor_handle, .app = &w};
     srv = http_server_start(&ho, err, sizeof err);
     if (!srv) { fprintf(stderr, "gpupool worker: %s\n", err); goto done; }
     int port = http_server_port(srv);

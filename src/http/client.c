@@ -3,6 +3,7 @@
 
 #include <curl/curl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,14 +13,19 @@
 
 #define POOL_MAX 256
 
+static atomic_int aborting_all; /* shutdown: end every asynchronous call */
+
 static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
 static CURL *pool[POOL_MAX];
 static int pool_n;
 
 void http_client_global_init(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
 
+static void loop_stop(void);
+
 void http_client_global_cleanup(void)
 {
+    loop_stop();
     pthread_mutex_lock(&pool_mu);
     for (int i = 0; i < pool_n; i++) curl_easy_cleanup(pool[i]);
     pool_n = 0;
@@ -49,6 +55,14 @@ static void handle_put(CURL *h)
 typedef struct call_state {
     const http_stream_cbs *cb; /* NULL for buffered calls */
     const http_call_opts *opts;
+    struct curl_slist *hl;
+    /* asynchronous calls own copies of their strings */
+    int async;
+    http_call_opts own;
+    char *url, *bearer, *ctype_in, *method, **headers;
+    http_async_done done;
+    void *done_ctx;
+    struct call_state *next;
     buf body;
     buf head;
     long status;
@@ -111,20 +125,14 @@ static int on_progress(void *ud, curl_off_t a, curl_off_t b, curl_off_t c, curl_
     call_state *st = ud;
     if (st->cb && st->cb->cancelled && st->cb->cancelled(st->cb->ctx)) { st->stop = 1; return 1; }
     if (st->opts->cancelled && st->opts->cancelled(st->opts->cancel_ctx)) { st->stop = 1; return 1; }
+    if (st->async && atomic_load(&aborting_all)) { st->stop = 1; return 1; }
     return 0;
 }
 
-static int perform(const http_call_opts *o, const http_stream_cbs *cb, http_result *res)
+/* Configures st->h for the call.  The caller keeps o's strings alive. */
+static void setup(call_state *st, const http_call_opts *o)
 {
-    memset(res, 0, sizeof *res);
-    call_state st;
-    memset(&st, 0, sizeof st);
-    st.cb = cb;
-    st.opts = o;
-    CURL *h = handle_get();
-    if (!h) { snprintf(res->error, sizeof res->error, "out of memory"); return -1; }
-    st.h = h;
-
+    CURL *h = st->h;
     struct curl_slist *hl = NULL;
     char line[1024];
     if (o->body) {
@@ -137,6 +145,7 @@ static int perform(const http_call_opts *o, const http_stream_cbs *cb, http_resu
     }
     hl = curl_slist_append(hl, "Expect:");
     for (const char *const *x = o->headers; x && *x; x++) hl = curl_slist_append(hl, *x);
+    st->hl = hl;
 
     curl_easy_setopt(h, CURLOPT_URL, o->url);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
@@ -157,38 +166,46 @@ static int perform(const http_call_opts *o, const http_stream_cbs *cb, http_resu
     if (strcmp(method, "GET") && strcmp(method, "POST"))
         curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
     curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
-    curl_easy_setopt(h, CURLOPT_HEADERDATA, &st);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, st);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, &st);
-    if ((cb && cb->cancelled) || o->cancelled) {
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, st);
+    curl_easy_setopt(h, CURLOPT_PRIVATE, st);
+    if ((st->cb && st->cb->cancelled) || o->cancelled || st->async) {
         curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
-        curl_easy_setopt(h, CURLOPT_XFERINFODATA, &st);
+        curl_easy_setopt(h, CURLOPT_XFERINFODATA, st);
         curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
     }
+}
 
-    CURLcode rc = curl_easy_perform(h);
-    if (rc == CURLE_OK) deliver_status(&st); /* an empty body still has a head */
+/* Fills res from a finished transfer and gives the handle back. */
+static int finish(call_state *st, CURLcode rc, http_result *res)
+{
+    CURL *h = st->h;
+    memset(res, 0, sizeof *res);
+    if (rc == CURLE_OK) deliver_status(st); /* an empty body still has a head */
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &res->status);
-    snprintf(res->content_type, sizeof res->content_type, "%s", st.ctype);
+    snprintf(res->content_type, sizeof res->content_type, "%s", st->ctype);
     int ok = 0;
     if (rc != CURLE_OK) {
-        res->aborted = st.stop;
+        res->aborted = st->stop;
         res->timed_out = rc == CURLE_OPERATION_TIMEDOUT;
         snprintf(res->error, sizeof res->error, "%s", curl_easy_strerror(rc));
-        if (!st.status_sent) res->status = 0;
+        if (!st->status_sent) res->status = 0;
         ok = -1;
     }
-    if (!cb) {
-        res->body_len = st.body.len;
-        res->body = buf_steal(&st.body);
+    if (!st->cb) {
+        res->body_len = st->body.len;
+        res->body = buf_steal(&st->body);
     }
-    res->headers = buf_steal(&st.head);
-    buf_free(&st.body);
+    res->headers = buf_steal(&st->head);
+    buf_free(&st->body);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
-    curl_slist_free_all(hl);
+    curl_slist_free_all(st->hl);
+    st->hl = NULL;
     /* A handle whose transfer failed may hold a broken connection; drop it. */
     if (rc == CURLE_OK) handle_put(h);
     else curl_easy_cleanup(h);
+    st->h = NULL;
     if (ok == 0 && res->status == 0) {
         snprintf(res->error, sizeof res->error, "no HTTP answer");
         ok = -1;
@@ -196,11 +213,158 @@ static int perform(const http_call_opts *o, const http_stream_cbs *cb, http_resu
     return ok;
 }
 
+static int perform(const http_call_opts *o, const http_stream_cbs *cb, http_result *res)
+{
+    call_state st;
+    memset(&st, 0, sizeof st);
+    st.cb = cb;
+    st.opts = o;
+    st.h = handle_get();
+    if (!st.h) {
+        memset(res, 0, sizeof *res);
+        snprintf(res->error, sizeof res->error, "out of memory");
+        return -1;
+    }
+    setup(&st, o);
+    return finish(&st, curl_easy_perform(st.h), res);
+}
+
 int http_call(const http_call_opts *o, http_result *res) { return perform(o, NULL, res); }
 
 int http_call_stream(const http_call_opts *o, const http_stream_cbs *cb, http_result *res)
 {
     return perform(o, cb, res);
+}
+
+/* ---- calls on the shared event loop ---- */
+
+/* One thread drives every asynchronous call through a curl multi handle, so
+ * waiting on a thousand engines costs no thread each. */
+static struct {
+    pthread_mutex_t mu;
+    pthread_t thread;
+    CURLM *multi;
+    call_state *incoming;   /* queued by callers, added by the loop */
+    int running, stopping;
+} loop = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+void http_client_abort_all(void) { atomic_store(&aborting_all, 1); }
+
+static void async_free(call_state *st)
+{
+    free(st->url);
+    free(st->bearer);
+    free(st->ctype_in);
+    free(st->method);
+    for (char **x = st->headers; x && *x; x++) free(*x);
+    free(st->headers);
+    free(st);
+}
+
+static void *loop_thread(void *arg)
+{
+    (void)arg;
+    int active = 0;
+    for (;;) {
+        pthread_mutex_lock(&loop.mu);
+        call_state *in = loop.incoming;
+        loop.incoming = NULL;
+        int stopping = loop.stopping;
+        pthread_mutex_unlock(&loop.mu);
+        while (in) {
+            call_state *next = in->next;
+            curl_multi_add_handle(loop.multi, in->h);
+            active++;
+            in = next;
+        }
+        if (stopping && active == 0) break;
+        int still = 0;
+        curl_multi_perform(loop.multi, &still);
+        CURLMsg *m;
+        int left;
+        while ((m = curl_multi_info_read(loop.multi, &left))) {
+            if (m->msg != CURLMSG_DONE) continue;
+            call_state *st = NULL;
+            CURL *h = m->easy_handle;
+            CURLcode rc = m->data.result;
+            curl_easy_getinfo(h, CURLINFO_PRIVATE, (char **)&st);
+            curl_multi_remove_handle(loop.multi, h);
+            active--;
+            http_result res;
+            finish(st, rc, &res);
+            st->done(st->done_ctx, &res);
+            http_result_free(&res);
+            async_free(st);
+        }
+        curl_multi_poll(loop.multi, NULL, 0, 1000, NULL);
+    }
+    return NULL;
+}
+
+static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
+
+int http_call_async(const http_call_opts *o, http_async_done done, void *ctx)
+{
+    call_state *st = calloc(1, sizeof *st);
+    if (!st) return -1;
+    st->async = 1;
+    st->done = done;
+    st->done_ctx = ctx;
+    st->own = *o;
+    st->own.url = st->url = dup_or_null(o->url);
+    st->own.bearer = st->bearer = dup_or_null(o->bearer);
+    st->own.content_type = st->ctype_in = dup_or_null(o->content_type);
+    st->own.method = st->method = dup_or_null(o->method);
+    size_t nh = 0;
+    while (o->headers && o->headers[nh]) nh++;
+    st->headers = calloc(nh + 1, sizeof *st->headers);
+    for (size_t i = 0; i < nh; i++) st->headers[i] = strdup(o->headers[i]);
+    st->own.headers = (const char *const *)st->headers;
+    st->opts = &st->own;
+    st->h = handle_get();
+    if (!st->h) { async_free(st); return -1; }
+    setup(st, &st->own);
+    pthread_mutex_lock(&loop.mu);
+    if (loop.stopping) {
+        pthread_mutex_unlock(&loop.mu);
+        curl_easy_cleanup(st->h);
+        curl_slist_free_all(st->hl);
+        async_free(st);
+        return -1;
+    }
+    if (!loop.running) {
+        loop.multi = curl_multi_init();
+        /* Keep idle keep-alive connections to every node and engine; by
+         * default the cache shrinks with the number of running transfers. */
+        if (loop.multi) curl_multi_setopt(loop.multi, CURLMOPT_MAXCONNECTS, 1024L);
+        if (!loop.multi || pthread_create(&loop.thread, NULL, loop_thread, NULL)) {
+            pthread_mutex_unlock(&loop.mu);
+            curl_easy_cleanup(st->h);
+            curl_slist_free_all(st->hl);
+            async_free(st);
+            return -1;
+        }
+        loop.running = 1;
+    }
+    st->next = loop.incoming;
+    loop.incoming = st;
+    pthread_mutex_unlock(&loop.mu);
+    curl_multi_wakeup(loop.multi);
+    return 0;
+}
+
+static void loop_stop(void)
+{
+    pthread_mutex_lock(&loop.mu);
+    int running = loop.running;
+    loop.stopping = 1;
+    pthread_mutex_unlock(&loop.mu);
+    if (!running) return;
+    atomic_store(&aborting_all, 1);
+    curl_multi_wakeup(loop.multi);
+    pthread_join(loop.thread, NULL);
+    curl_multi_cleanup(loop.multi);
+    loop.running = 0;
 }
 
 void http_result_free(http_result *res)

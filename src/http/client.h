@@ -51,6 +51,15 @@ typedef struct http_stream_cbs {
 } http_stream_cbs;
 int http_call_stream(const http_call_opts *o, const http_stream_cbs *cb, http_result *res);
 
+/* An asynchronous call, driven by one shared loop thread: done() runs on that
+ * thread when the call ends (res is freed after it returns; steal what you
+ * keep).  The body must stay valid until then; other strings are copied.
+ * Returns 0, or -1 when the call could not be started. */
+typedef void (*http_async_done)(void *ctx, http_result *res);
+int http_call_async(const http_call_opts *o, http_async_done done, void *ctx);
+/* At shutdown: every asynchronous call ends at once with an error. */
+void http_client_abort_all(void);
+
 void http_result_free(http_result *res);
 
 #endif

@@ -16,7 +16,11 @@
 
 static atomic_int aborting;
 
-void relay_abort_all(void) { atomic_store(&aborting, 1); }
+void relay_abort_all(void)
+{
+    atomic_store(&aborting, 1);
+    http_client_abort_all();
+}
 
 struct relay {
     pthread_mutex_t mu;
@@ -32,6 +36,7 @@ struct relay {
     long status;
     char ctype[128];
     buf passthrough; /* the upstream head's header lines */
+    http_waker *waker; /* wakes the client's stream when bytes arrive */
     relay_outcome out;
     int64_t t0;
     relay_finish_fn fin;
@@ -102,7 +107,9 @@ static int up_data(void *ctx, const char *p, size_t n)
         r->out.bytes += n;
         pthread_cond_broadcast(&r->cv);
     }
+    http_waker *w = r->waker;
     pthread_mutex_unlock(&r->mu);
+    http_stream_wake(w);
     return gone;
 }
 
@@ -135,7 +142,11 @@ static void *upstream_thread(void *arg)
     if (!r->head) r->status = res.status;
     pthread_cond_broadcast(&r->cv);
     relay_outcome o = r->out;
+    http_waker *w = r->waker;
+    r->waker = NULL;
     pthread_mutex_unlock(&r->mu);
+    http_stream_wake(w);
+    http_waker_release(w);
     http_result_free(&res);
     if (r->fin) r->fin(r->fin_ctx, &o);
     relay_unref(r);
@@ -221,35 +232,37 @@ static void mark_gone(relay *r)
     pthread_mutex_unlock(&r->mu);
 }
 
+/* Runs on the event loop: never waits. */
 static ssize_t client_read(void *ctx, char *out, size_t max)
 {
     relay *r = ctx;
     pthread_mutex_lock(&r->mu);
-    while (!r->data.len && !r->ended && !atomic_load(&aborting)) {
-        struct timespec ts = mono_deadline(RELAY_CHECK_MS);
-        pthread_cond_timedwait(&r->cv, &r->mu, &ts);
-    }
-    ssize_t n = 0;
-    if (!r->data.len && !r->ended) { pthread_mutex_unlock(&r->mu); return -1; }
+    ssize_t n = HTTP_STREAM_WAIT;
     if (r->data.len) {
         n = (ssize_t)(r->data.len < max ? r->data.len : max);
         memcpy(out, r->data.data, (size_t)n);
         buf_consume(&r->data, (size_t)n);
         pthread_cond_broadcast(&r->cv);
-    } else if (r->out.upstream_failed && !r->error_sent && strstr(r->ctype, "text/event-stream")) {
-        /* Tell the client the stream broke, in a shape OpenAI clients parse. */
-        r->error_sent = 1;
-        char ev[512];
-        snprintf(ev, sizeof ev,
-                 "data: {\"error\":{\"message\":\"the node serving this stream failed mid-response: %s\","
-                 "\"type\":\"server_error\",\"code\":\"upstream_interrupted\"}}\n\n",
-                 r->out.error[0] ? r->out.error : "connection lost");
-        size_t l = strlen(ev);
-        if (l > max) l = max;
-        memcpy(out, ev, l);
-        n = (ssize_t)l;
-    } else if (r->out.upstream_failed && !strstr(r->ctype, "text/event-stream")) {
-        n = -1;
+    } else if (atomic_load(&aborting)) {
+        n = HTTP_STREAM_ERROR;
+    } else if (r->ended && r->out.upstream_failed && strstr(r->ctype, "text/event-stream")) {
+        if (r->error_sent) {
+            n = HTTP_STREAM_END;
+        } else {
+            /* Tell the client the stream broke, in a shape OpenAI clients parse. */
+            r->error_sent = 1;
+            char ev[512];
+            snprintf(ev, sizeof ev,
+                     "data: {\"error\":{\"message\":\"the node serving this stream failed mid-response: %s\","
+                     "\"type\":\"server_error\",\"code\":\"upstream_interrupted\"}}\n\n",
+                     r->out.error[0] ? r->out.error : "connection lost");
+            size_t l = strlen(ev);
+            if (l > max) l = max;
+            memcpy(out, ev, l);
+            n = (ssize_t)l;
+        }
+    } else if (r->ended) {
+        n = r->out.upstream_failed ? HTTP_STREAM_ERROR : HTTP_STREAM_END;
     }
     pthread_mutex_unlock(&r->mu);
     return n;
@@ -266,7 +279,16 @@ void relay_to_client(relay *r, http_req *client, int status)
 {
     const char *ct = r->ctype[0] ? r->ctype : "application/octet-stream";
     pass_gpupool_headers(client, r->passthrough.data);
-    http_respond_stream(client, status, ct, client_read, client_done, r);
+    http_waker *w = http_respond_stream(client, status, ct, client_read, client_done, r);
+    pthread_mutex_lock(&r->mu);
+    if (r->ended) {
+        /* Everything is already here; the reader will not need waking. */
+        pthread_mutex_unlock(&r->mu);
+        http_waker_release(w);
+        return;
+    }
+    r->waker = w;
+    pthread_mutex_unlock(&r->mu);
 }
 
 char *relay_collect(relay *r, size_t max, size_t *len)
@@ -316,6 +338,33 @@ int relay_call_buffered(const http_call_opts *o, http_req *client, http_result *
     with_watch.cancelled = client_left;
     with_watch.cancel_ctx = &w;
     return http_call(&with_watch, res);
+}
+
+typedef struct async_watch {
+    client_watch watch;
+    http_async_done done;
+    void *ctx;
+} async_watch;
+
+static void async_finished(void *ctx, http_result *res)
+{
+    async_watch *a = ctx;
+    a->done(a->ctx, res);
+    free(a);
+}
+
+int relay_call_async(const http_call_opts *o, http_req *client, http_async_done done, void *ctx)
+{
+    async_watch *a = malloc(sizeof *a);
+    if (!a) return -1;
+    a->watch = (client_watch){client, mono_ms() + RELAY_CHECK_MS};
+    a->done = done;
+    a->ctx = ctx;
+    http_call_opts with_watch = *o;
+    with_watch.cancelled = client_left;
+    with_watch.cancel_ctx = &a->watch;
+    if (http_call_async(&with_watch, async_finished, a)) { free(a); return -1; }
+    return 0;
 }
 
 void relay_respond_result(http_req *client, const http_result *res)

@@ -51,6 +51,9 @@ void relay_abandon(relay *r);
  * hand-off between threads, cancelled if the waiting client leaves.  The
  * answer is small and buffered, and sent with a Content-Length. */
 int relay_call_buffered(const http_call_opts *o, http_req *client, http_result *res);
+/* The same without any thread waiting: done() runs on the client loop
+ * thread (see http_call_async).  Returns 0, or -1 if it could not start. */
+int relay_call_async(const http_call_opts *o, http_req *client, http_async_done done, void *ctx);
 /* Answers the client with an upstream result: its status, body, type and
  * X-Gpupool-* headers. */
 void relay_respond_result(http_req *client, const http_result *res);

@@ -5,24 +5,34 @@
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
+#include "http/pool.h"
 #include "util/buf.h"
+#include "util/clock.h"
 #include "util/log.h"
 
 struct http_server {
     struct MHD_Daemon *d;
     http_server_opts o;
     int port;
+    work_pool *pool;
+    atomic_int suspended; /* connections parked; all must be back before stop */
 };
 
 typedef struct hdr {
     char *name, *value;
     struct hdr *next;
 } hdr;
+
+/* A request moves NEW -> BUSY (a handler or deferred work has it) -> READY
+ * (answer set, waiting for the loop to send it) -> SENT. */
+enum req_state { R_NEW, R_BUSY, R_READY, R_SENT };
 
 struct http_req {
     struct MHD_Connection *c;
@@ -36,7 +46,39 @@ struct http_req {
     hdr *out_headers;
     struct MHD_Response *resp;
     int status;
+    pthread_mutex_t mu; /* state and suspended, shared with other threads */
+    enum req_state state;
+    int suspended;
+    int64_t t0_us;
+    int tag;
+    void *ctx;
+    void (*free_ctx)(void *);
 };
+
+struct http_waker {
+    pthread_mutex_t mu;
+    int refs;
+    http_server *srv;
+    struct MHD_Connection *c;
+    int suspended, pending, closed;
+    http_stream_read read;
+    http_stream_done done;
+    void *ctx;
+};
+
+/* Suspend and resume are paired under the caller's mutex, so a resume can
+ * never run before its suspend (which libmicrohttpd does not allow). */
+static void park(http_server *s, struct MHD_Connection *c)
+{
+    MHD_suspend_connection(c);
+    atomic_fetch_add(&s->suspended, 1);
+}
+
+static void unpark(http_server *s, struct MHD_Connection *c)
+{
+    MHD_resume_connection(c);
+    atomic_fetch_sub(&s->suspended, 1);
+}
 
 int http_parse_listen(const char *listen, char *host, size_t hostlen, int *port)
 {
@@ -81,6 +123,16 @@ const char *http_req_method(const http_req *r) { return r->method; }
 const char *http_req_path(const http_req *r) { return r->path; }
 const char *http_req_peer(const http_req *r) { return r->peer; }
 int http_responded(const http_req *r) { return r->responded; }
+void http_req_set_tag(http_req *r, int tag) { r->tag = tag; }
+int http_req_tag(const http_req *r) { return r->tag; }
+void *http_req_ctx(const http_req *r) { return r->ctx; }
+
+void http_req_set_ctx(http_req *r, void *ctx, void (*free_ctx)(void *))
+{
+    if (r->ctx && r->free_ctx) r->free_ctx(r->ctx);
+    r->ctx = ctx;
+    r->free_ctx = free_ctx;
+}
 int http_resp_status(const http_req *r) { return r->status; }
 
 const char *http_req_header(const http_req *r, const char *name)
@@ -158,43 +210,90 @@ void http_respond_text(http_req *r, int status, const char *text)
     http_respond(r, status, "text/plain; charset=utf-8", text, strlen(text));
 }
 
-typedef struct stream_ctx {
-    http_stream_read read;
-    http_stream_done done;
-    void *ctx;
-} stream_ctx;
+static void waker_unref(http_waker *w)
+{
+    pthread_mutex_lock(&w->mu);
+    int left = --w->refs;
+    pthread_mutex_unlock(&w->mu);
+    if (left) return;
+    pthread_mutex_destroy(&w->mu);
+    free(w);
+}
+
+void http_waker_release(http_waker *w)
+{
+    if (w) waker_unref(w);
+}
+
+void http_stream_wake(http_waker *w)
+{
+    if (!w) return;
+    pthread_mutex_lock(&w->mu);
+    if (w->suspended) {
+        w->suspended = 0;
+        unpark(w->srv, w->c);
+    } else {
+        w->pending = 1;
+    }
+    pthread_mutex_unlock(&w->mu);
+}
 
 static ssize_t stream_cb(void *cls, uint64_t pos, char *out, size_t max)
 {
     (void)pos;
-    stream_ctx *s = cls;
-    ssize_t n = s->read(s->ctx, out, max);
-    if (n == 0) return MHD_CONTENT_READER_END_OF_STREAM;
-    if (n < 0) return MHD_CONTENT_READER_END_WITH_ERROR;
-    return n;
+    http_waker *w = cls;
+    for (;;) {
+        pthread_mutex_lock(&w->mu);
+        w->pending = 0;
+        pthread_mutex_unlock(&w->mu);
+        ssize_t n = w->read(w->ctx, out, max);
+        if (n > 0) return n;
+        if (n == HTTP_STREAM_END) return MHD_CONTENT_READER_END_OF_STREAM;
+        if (n != HTTP_STREAM_WAIT) return MHD_CONTENT_READER_END_WITH_ERROR;
+        pthread_mutex_lock(&w->mu);
+        if (w->pending) { /* bytes came while we looked: read again */
+            pthread_mutex_unlock(&w->mu);
+            continue;
+        }
+        park(w->srv, w->c);
+        w->suspended = 1;
+        pthread_mutex_unlock(&w->mu);
+        return 0;
+    }
 }
 
 static void stream_free(void *cls)
 {
-    stream_ctx *s = cls;
-    if (s->done) s->done(s->ctx);
-    free(s);
+    http_waker *w = cls;
+    pthread_mutex_lock(&w->mu);
+    w->closed = 1;
+    pthread_mutex_unlock(&w->mu);
+    if (w->done) w->done(w->ctx);
+    waker_unref(w);
 }
 
-void http_respond_stream(http_req *r, int status, const char *content_type,
-                         http_stream_read read, http_stream_done done, void *ctx)
+http_waker *http_respond_stream(http_req *r, int status, const char *content_type,
+                                http_stream_read read, http_stream_done done, void *ctx)
 {
-    if (r->responded) { if (done) done(ctx); return; }
-    stream_ctx *s = calloc(1, sizeof *s);
-    if (!s) { if (done) done(ctx); return; }
-    s->read = read;
-    s->done = done;
-    s->ctx = ctx;
+    http_waker *w = r->responded ? NULL : calloc(1, sizeof *w);
+    if (!w) { if (done) done(ctx); return NULL; }
+    pthread_mutex_init(&w->mu, NULL);
+    w->refs = 2; /* the connection's and the producer's */
+    w->srv = r->srv;
+    w->c = r->c;
+    w->read = read;
+    w->done = done;
+    w->ctx = ctx;
     struct MHD_Response *resp =
-        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_cb, s, stream_free);
-    if (!resp) { stream_free(s); return; }
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_cb, w, stream_free);
+    if (!resp) {
+        stream_free(w);
+        waker_unref(w);
+        return NULL;
+    }
     attach(r, status, resp, content_type);
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
+    return w;
 }
 
 /* ---- libmicrohttpd glue ---- */
@@ -210,6 +309,8 @@ static void req_free(http_req *r)
         h = n;
     }
     if (r->resp) MHD_destroy_response(r->resp);
+    if (r->ctx && r->free_ctx) r->free_ctx(r->ctx);
+    pthread_mutex_destroy(&r->mu);
     buf_free(&r->body);
     free(r->path);
     free(r);
@@ -224,7 +325,39 @@ static enum MHD_Result send_now(http_req *r)
     enum MHD_Result ret = MHD_queue_response(r->c, (unsigned)r->status, r->resp);
     MHD_destroy_response(r->resp);
     r->resp = NULL;
+    r->state = R_SENT;
+    if (r->srv->o.observe) r->srv->o.observe(r, r->status, mono_us() - r->t0_us, r->srv->o.app);
     return ret;
+}
+
+void http_req_complete(http_req *r)
+{
+    pthread_mutex_lock(&r->mu);
+    r->state = R_READY;
+    if (r->suspended) {
+        r->suspended = 0;
+        unpark(r->srv, r->c);
+    }
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void run_handler(void *arg)
+{
+    http_req *r = arg;
+    r->srv->o.handler(r, r->srv->o.app);
+    if (!r->responded) {
+        log_error("handler for %s %s gave no answer", r->method, r->path);
+        http_respond_text(r, 500, "no response\n");
+    }
+    http_req_complete(r);
+}
+
+void http_req_run_handler(http_req *r)
+{
+    if (work_pool_run(r->srv->pool, run_handler, r)) {
+        http_respond_text(r, 503, "shutting down\n");
+        http_req_complete(r);
+    }
 }
 
 static void too_large(http_req *r)
@@ -237,6 +370,47 @@ static void too_large(http_req *r)
     http_respond(r, 413, "application/json", msg, strlen(msg));
 }
 
+static http_req *req_new(http_server *s, struct MHD_Connection *c, const char *url, const char *method)
+{
+    http_req *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->c = c;
+    r->srv = s;
+    pthread_mutex_init(&r->mu, NULL);
+    snprintf(r->method, sizeof r->method, "%s", method);
+    r->path = strdup(url);
+    r->t0_us = mono_us();
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (ci && ci->client_addr) {
+        const struct sockaddr *sa = ci->client_addr;
+        if (sa->sa_family == AF_INET)
+            inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, r->peer, sizeof r->peer);
+        else if (sa->sa_family == AF_INET6)
+            inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, r->peer, sizeof r->peer);
+    }
+    return r;
+}
+
+/* The whole request is here: answer it now, defer it, or hand it to a pool
+ * thread.  Runs on the event loop. */
+static enum MHD_Result dispatch(http_server *s, http_req *r)
+{
+    r->t0_us = mono_us();
+    if (r->too_large) { too_large(r); return send_now(r); }
+    http_fast_rc rc = s->o.fast ? s->o.fast(r, s->o.app) : HTTP_PASS;
+    if (rc == HTTP_HANDLED) return send_now(r);
+    pthread_mutex_lock(&r->mu);
+    if (rc == HTTP_DEFERRED && r->state == R_READY) { /* finished already */
+        pthread_mutex_unlock(&r->mu);
+        return send_now(r);
+    }
+    park(s, r->c);
+    r->suspended = 1;
+    pthread_mutex_unlock(&r->mu);
+    if (rc == HTTP_PASS) http_req_run_handler(r);
+    return MHD_YES;
+}
+
 static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char *url,
                                  const char *method, const char *version,
                                  const char *upload, size_t *upload_size, void **con_cls)
@@ -245,25 +419,12 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
     http_server *s = cls;
     http_req *r = *con_cls;
     if (!r) {
-        r = calloc(1, sizeof *r);
-        if (!r) return MHD_NO;
-        r->c = c;
-        r->srv = s;
-        snprintf(r->method, sizeof r->method, "%s", method);
-        r->path = strdup(url);
-        const union MHD_ConnectionInfo *ci =
-            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-        if (ci && ci->client_addr) {
-            const struct sockaddr *sa = ci->client_addr;
-            if (sa->sa_family == AF_INET)
-                inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, r->peer, sizeof r->peer);
-            else if (sa->sa_family == AF_INET6)
-                inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, r->peer, sizeof r->peer);
-        }
+        if (!(r = req_new(s, c, url, method))) return MHD_NO;
         *con_cls = r;
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
         if (cl && strtoull(cl, NULL, 10) > s->o.max_body) {
             r->too_large = 1;
+            r->state = R_BUSY;
             too_large(r);
             return send_now(r);
         }
@@ -281,10 +442,13 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
         *upload_size = 0;
         return MHD_YES;
     }
-    if (r->responded && !r->resp) return MHD_YES; /* already sent (early 413) */
-    if (r->too_large) too_large(r);
-    else s->o.handler(r, s->o.app);
-    return send_now(r);
+    pthread_mutex_lock(&r->mu);
+    enum req_state st = r->state;
+    if (st == R_NEW) r->state = R_BUSY;
+    pthread_mutex_unlock(&r->mu);
+    if (st == R_NEW) return dispatch(s, r);
+    if (st == R_READY) return send_now(r);
+    return MHD_YES; /* already answered */
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
@@ -316,8 +480,7 @@ http_server *http_server_start(const http_server_opts *o, char *err, size_t errl
     if (!strcmp(host, "localhost")) snprintf(host, sizeof host, "127.0.0.1");
     struct sockaddr_storage ss;
     memset(&ss, 0, sizeof ss);
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
-                     MHD_USE_ERROR_LOG;
+    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG | MHD_USE_TURBO;
     struct sockaddr_in *v4 = (struct sockaddr_in *)&ss;
     struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&ss;
     if (inet_pton(AF_INET, host, &v4->sin_addr) == 1) {
@@ -336,6 +499,7 @@ http_server *http_server_start(const http_server_opts *o, char *err, size_t errl
     s->o = *o;
     if (!s->o.max_body) s->o.max_body = 8u << 20;
     if (!s->o.idle_timeout_s) s->o.idle_timeout_s = 300;
+    s->pool = work_pool_new(4, 1024);
     s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_access, s,
                             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
@@ -346,6 +510,7 @@ http_server *http_server_start(const http_server_opts *o, char *err, size_t errl
                             MHD_OPTION_END);
     if (!s->d) {
         snprintf(err, errlen, "cannot listen on %s (address in use or not available)", o->listen);
+        work_pool_free(s->pool);
         free(s);
         return NULL;
     }
@@ -359,6 +524,15 @@ int http_server_port(const http_server *s) { return s->port; }
 void http_server_stop(http_server *s)
 {
     if (!s) return;
+    /* Blocking handlers finish first (the caller has made their waits end),
+     * and every parked connection must be back before libmicrohttpd stops. */
+    work_pool_free(s->pool);
+    int64_t deadline = mono_ms() + 15000;
+    while (atomic_load(&s->suspended) > 0 && mono_ms() < deadline) sleep_ms(5);
+    if (atomic_load(&s->suspended) > 0) {
+        log_error("%d connection(s) still parked at shutdown; leaving the server running", atomic_load(&s->suspended));
+        return;
+    }
     MHD_stop_daemon(s->d);
     free(s);
 }

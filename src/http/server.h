@@ -1,10 +1,18 @@
 /* http/server: the HTTP server every gpupool process uses (libmicrohttpd).
  *
- * It owns sockets, request bodies and the body-size limit.  An application
- * gives one handler; the handler sees a whole request (body already read) and
- * answers exactly once with one of the http_respond* calls.  Each connection
- * has its own thread, so a handler may block (proxying, waiting in a queue),
- * and a stream reader may block until it has bytes. */
+ * It owns sockets, request bodies and the body-size limit.  One event-loop
+ * thread serves every connection (epoll), so nothing on it may block.  An
+ * application gives two handlers, each seeing a whole request (body read):
+ *
+ *   fast     runs on the event loop.  It answers at once, or starts work that
+ *            answers later from another thread (HTTP_DEFERRED, then
+ *            http_req_complete), or passes (HTTP_PASS).  The hot proxy path.
+ *   handler  runs on a pool thread and may block (queue waits, SQLite,
+ *            streams being set up).  It answers before returning.
+ *
+ * Every request is answered exactly once with one of the http_respond* calls.
+ * A streamed body never blocks the loop: its reader says "nothing yet" and the
+ * producer wakes the stream when bytes arrive. */
 #ifndef GPUPOOL_HTTP_SERVER_H
 #define GPUPOOL_HTTP_SERVER_H
 
@@ -18,11 +26,19 @@ typedef struct http_req http_req;
 
 typedef void (*http_handler)(http_req *req, void *app);
 
+typedef enum http_fast_rc { HTTP_HANDLED, HTTP_DEFERRED, HTTP_PASS } http_fast_rc;
+typedef http_fast_rc (*http_fast_handler)(http_req *req, void *app);
+/* Runs once per answered request, on the event loop, when the answer is
+ * queued: for metrics.  dur_us counts from the whole request to its answer. */
+typedef void (*http_observer)(http_req *req, int status, int64_t dur_us, void *app);
+
 typedef struct http_server_opts {
     const char *listen;      /* "127.0.0.1:8080", "0.0.0.0:0", "[::1]:0" */
     size_t max_body;         /* larger bodies get 413; 0 = 8 MiB */
     unsigned idle_timeout_s; /* idle keep-alive connections are closed; 0 = 300 */
+    http_fast_handler fast;  /* optional */
     http_handler handler;
+    http_observer observe;   /* optional */
     void *app;
 } http_server_opts;
 
@@ -49,6 +65,20 @@ const char *http_req_peer(const http_req *r); /* textual IP address */
 int http_req_client_gone(const http_req *r);
 /* Bearer token from Authorization, or NULL. */
 const char *http_req_bearer(const http_req *r);
+/* A small tag the application keeps on the request (e.g. its route). */
+void http_req_set_tag(http_req *r, int tag);
+int http_req_tag(const http_req *r);
+/* Application state that travels with the request (freed with it). */
+void http_req_set_ctx(http_req *r, void *ctx, void (*free_ctx)(void *));
+void *http_req_ctx(const http_req *r);
+
+/* ---- deferred answers ---- */
+/* After a fast handler returned HTTP_DEFERRED: the answer has been given
+ * (http_respond*), send it.  Any thread. */
+void http_req_complete(http_req *r);
+/* After HTTP_DEFERRED: run the blocking handler for this request after all
+ * (e.g. the fast path failed and must wait or retry).  Any thread. */
+void http_req_run_handler(http_req *r);
 
 /* ---- the answer (exactly one respond call per request) ---- */
 void http_set_header(http_req *r, const char *name, const char *value);
@@ -56,14 +86,24 @@ void http_respond(http_req *r, int status, const char *content_type, const void 
 void http_respond_json(http_req *r, int status, json_t *j); /* does not steal j */
 void http_respond_text(http_req *r, int status, const char *text);
 
-/* A streamed body.  read() fills up to max bytes and returns how many, 0 at
- * the end, or -1 to cut the stream; it may block.  done() runs once, when the
- * connection is finished with the stream for any reason (complete, client
- * gone, error); `completed` says whether the whole body was delivered. */
+/* A streamed body.  read() runs on the event loop and must not block: it
+ * fills up to max bytes and returns how many, HTTP_STREAM_END at the end,
+ * HTTP_STREAM_ERROR to cut the stream, or HTTP_STREAM_WAIT when it has
+ * nothing yet; then the producer calls http_stream_wake(waker) when it has.
+ * done() runs once, when the connection is finished with the stream for any
+ * reason.  The waker stays valid until the producer releases it. */
+#define HTTP_STREAM_END 0
+#define HTTP_STREAM_ERROR (-1)
+#define HTTP_STREAM_WAIT (-2)
+typedef struct http_waker http_waker;
 typedef ssize_t (*http_stream_read)(void *ctx, char *out, size_t max);
 typedef void (*http_stream_done)(void *ctx);
-void http_respond_stream(http_req *r, int status, const char *content_type,
-                         http_stream_read read, http_stream_done done, void *ctx);
+/* Returns the waker (one reference for the producer), or NULL if the stream
+ * could not be set up (done() has then already run). */
+http_waker *http_respond_stream(http_req *r, int status, const char *content_type,
+                                http_stream_read read, http_stream_done done, void *ctx);
+void http_stream_wake(http_waker *w);
+void http_waker_release(http_waker *w);
 int http_responded(const http_req *r);
 /* The status of the answer given so far (0 before any). */
 int http_resp_status(const http_req *r);

@@ -44,6 +44,7 @@ struct registry {
     int drain_n, drain_i;
     void (*on_change)(void *);
     void *on_change_ctx;
+    int stopping;
 };
 
 const char *node_state_name(node_state s)
@@ -91,6 +92,14 @@ void registry_free(registry *r)
     free(r);
 }
 
+void registry_shutdown(registry *r)
+{
+    pthread_mutex_lock(&r->mu);
+    r->stopping = 1;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
 void registry_on_change(registry *r, void (*fn)(void *), void *ctx)
 {
     pthread_mutex_lock(&r->mu);
@@ -101,7 +110,7 @@ void registry_on_change(registry *r, void (*fn)(void *), void *ctx)
 
 static void changed(registry *r)
 {
-    pthread_cond_broadcast(&r->cv);
+    if (r->waiters) pthread_cond_broadcast(&r->cv);
 }
 
 static void notify(registry *r)
@@ -418,7 +427,7 @@ reg_wait registry_acquire_wait(registry *r, const char *model, const char *const
             b = try_acquire(r, model, exclude, nexclude, out);
             if (b == PLACE_OK) { result = REG_OK; break; }
         }
-        if (mono_ms() >= deadline) break;
+        if (mono_ms() >= deadline || r->stopping) break;
         pthread_cond_timedwait(&r->cv, &r->mu, &ts);
     }
     for (waiter **pp = &r->queue; *pp; pp = &(*pp)->next)

@@ -36,6 +36,8 @@ typedef struct node_lease {
 
 registry *registry_new(const registry_cfg *cfg);
 void registry_free(registry *r);
+/* Ends every wait for a slot now (they time out), for shutdown. */
+void registry_shutdown(registry *r);
 
 /* The control-plane calls.  Each returns an HTTP status; on 200 *resp holds
  * the answer, otherwise why[] says what was refused (and it is logged). */

@@ -32,6 +32,9 @@ struct dispatcher {
     pthread_cond_t cv;
     pthread_t loop;
     int stopping, woken;
+    /* Whether the store may hold queued tasks: capacity changes on every
+     * request, and only then is it worth asking the store. */
+    int maybe_queued;
     exec *running;
     int nrunning;
 };
@@ -39,6 +42,7 @@ struct dispatcher {
 void dispatcher_wake(dispatcher *d)
 {
     pthread_mutex_lock(&d->mu);
+    if (!d->maybe_queued) { pthread_mutex_unlock(&d->mu); return; }
     d->woken = 1;
     pthread_cond_broadcast(&d->cv);
     pthread_mutex_unlock(&d->mu);
@@ -52,6 +56,15 @@ static void cancel_where(dispatcher *d, const char *node_id, const char *task_id
         if (task_id && strcmp(e->task_id, task_id)) continue;
         if (e->cancel == CANCEL_NONE) e->cancel = why;
     }
+    pthread_mutex_unlock(&d->mu);
+}
+
+void dispatcher_task_queued(dispatcher *d)
+{
+    pthread_mutex_lock(&d->mu);
+    d->maybe_queued = 1;
+    d->woken = 1;
+    pthread_cond_broadcast(&d->cv);
     pthread_mutex_unlock(&d->mu);
 }
 
@@ -98,9 +111,13 @@ static void retry_or_fail(exec *e, const char *code, const char *msg)
             log_warn("task %s failed: %s (%s)", e->task_id, full, code);
         return;
     }
-    if (store_task_requeue(d->cfg.st, e->task_id, e->attempt, code, msg) == STORE_OK)
+    if (store_task_requeue(d->cfg.st, e->task_id, e->attempt, code, msg) == STORE_OK) {
+        pthread_mutex_lock(&d->mu);
+        d->maybe_queued = 1;
+        pthread_mutex_unlock(&d->mu);
         log_info("task %s attempt %d on %s ended (%s: %s); queued again", e->task_id, e->attempt,
                  e->lease.node_id, code, msg);
+    }
 }
 
 static void record_outcome(exec *e, int rc, const http_result *res, enum cancel_reason why)
@@ -203,17 +220,17 @@ static char *node_body(const task_rec *t)
     return s;
 }
 
-static void start_one(dispatcher *d, const char *id)
+static int start_one(dispatcher *d, const char *id)
 {
     task_rec t;
-    if (store_task_get(d->cfg.st, id, &t) != STORE_OK) return;
+    if (store_task_get(d->cfg.st, id, &t) != STORE_OK) return 0;
     node_lease lease;
-    if (registry_acquire(d->cfg.reg, t.model, NULL, 0, &lease) != PLACE_OK) { task_rec_free(&t); return; }
+    if (registry_acquire(d->cfg.reg, t.model, NULL, 0, &lease) != PLACE_OK) { task_rec_free(&t); return 0; }
     int attempt = 0;
     if (store_task_claim(d->cfg.st, id, lease.node_id, wall_ms(), &attempt) != STORE_OK) {
         registry_release(d->cfg.reg, &lease, mono_ms());
         task_rec_free(&t);
-        return;
+        return 0;
     }
     exec *e = calloc(1, sizeof *e);
     e->d = d;
@@ -244,8 +261,11 @@ static void start_one(dispatcher *d, const char *id)
         registry_release(d->cfg.reg, &lease, mono_ms());
         free(e->body);
         free(e);
+        pthread_attr_destroy(&a);
+        return 0;
     }
     pthread_attr_destroy(&a);
+    return 1;
 }
 
 static void *loop_thread(void *arg)
@@ -260,12 +280,17 @@ static void *loop_thread(void *arg)
         d->woken = 0;
         if (d->stopping) break;
         pthread_mutex_unlock(&d->mu);
+        int started = 0, n = -1;
         if (registry_waiters(d->cfg.reg) == 0) {
             char ids[64][64];
-            int n = store_task_next_queued(d->cfg.st, ids, 64);
-            for (int i = 0; i < n; i++) start_one(d, ids[i]);
+            n = store_task_next_queued(d->cfg.st, ids, 64);
+            for (int i = 0; i < n; i++) started += start_one(d, ids[i]);
         }
         pthread_mutex_lock(&d->mu);
+        /* Nothing queued: sleep until a task is queued again.  Tasks left
+         * queued for want of a slot are retried on capacity changes. */
+        if (n == 0) d->maybe_queued = 0;
+        (void)started;
     }
     pthread_mutex_unlock(&d->mu);
     return NULL;
@@ -276,6 +301,7 @@ dispatcher *dispatcher_start(const dispatch_cfg *cfg)
     dispatcher *d = calloc(1, sizeof *d);
     if (!d) return NULL;
     d->cfg = *cfg;
+    d->maybe_queued = 1; /* the store may hold tasks from before a restart */
     if (d->cfg.max_attempts <= 0) d->cfg.max_attempts = 3;
     if (d->cfg.task_timeout_ms <= 0) d->cfg.task_timeout_ms = 600000;
     pthread_mutex_init(&d->mu, NULL);

@@ -27,8 +27,10 @@ dispatcher *dispatcher_start(const dispatch_cfg *cfg);
 /* Cancels running calls (their tasks stay running and are re-queued at the
  * next start) and waits for every thread to end. */
 void dispatcher_stop(dispatcher *d);
-/* Something changed: a task was queued or capacity appeared. */
+/* Capacity may have appeared (a slot freed, a node joined). */
 void dispatcher_wake(dispatcher *d);
+/* A task was queued. */
+void dispatcher_task_queued(dispatcher *d);
 /* The node went offline: its running calls are cancelled and re-queued. */
 void dispatcher_node_offline(dispatcher *d, const char *node_id);
 /* The task was canceled by a user: stop its call. */

@@ -23,6 +23,7 @@ struct sim_server {
     uint64_t id_nonce;        /* keeps ids distinct across engines with one seed */
     atomic_uint_fast64_t seq; /* inference requests so far: the fault draw index */
     atomic_int stopping;      /* written under both mutexes, so no wake-up is lost */
+    atomic_int streams;       /* stream states alive; all must end before the server is freed */
 
     pthread_mutex_t mu;       /* slots and usage */
     pthread_cond_t slot_cv;
@@ -128,6 +129,8 @@ static void answer_id(sim_server *s, char *out, size_t len, const char *prefix, 
 
 enum phase { P_TOKENS, P_FINAL, P_USAGE, P_DONE, P_END, P_CUT };
 
+/* A stream is produced on its own thread, paced by the clock, into `ready`;
+ * the server's event loop takes from `ready` without ever waiting. */
 typedef struct sim_stream {
     sim_server *s;
     int slot;
@@ -138,7 +141,13 @@ typedef struct sim_stream {
     sim_gen gen;
     sim_sse sse;
     buf out;
-    size_t off;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    buf ready;
+    int finished; /* 1 complete, -1 cut */
+    int gone;     /* the connection is done with the stream */
+    int refs;
+    http_waker *waker;
 } sim_stream;
 
 /* Appends the next event(s) to st->out. */
@@ -169,46 +178,87 @@ static void produce(sim_stream *st)
     }
 }
 
-/* Hands out what is due, blocking until the next token's time only when it
- * has nothing to hand out; unpaced, it fills the whole buffer at once. */
+static void stream_unref(sim_stream *st)
+{
+    pthread_mutex_lock(&st->mu);
+    int left = --st->refs;
+    pthread_mutex_unlock(&st->mu);
+    if (left) return;
+    sim_server *srv = st->s;
+    release(srv, st->slot, st->prompt_tokens, st->sent);
+    buf_free(&st->out);
+    buf_free(&st->ready);
+    pthread_mutex_destroy(&st->mu);
+    pthread_cond_destroy(&st->cv);
+    free(st);
+    atomic_fetch_sub(&srv->streams, 1);
+}
+
+#define READY_HIGH_WATER (256 * 1024)
+
+/* The producer: waits until each token is due, appends it, wakes the
+ * connection.  Waits in steps so a stopping server or a gone client ends it. */
+static void *stream_thread(void *arg)
+{
+    sim_stream *st = arg;
+    pthread_mutex_lock(&st->mu);
+    while (!st->gone && st->phase != P_END && st->phase != P_CUT) {
+        if (st->phase == P_TOKENS && !st->s->fast) {
+            int64_t due = st->start_us + sim_token_due_us(&st->s->cfg, st->sent);
+            while (!st->gone && !atomic_load(&st->s->stopping) && mono_us() < due) {
+                int64_t step = due - mono_us();
+                if (step > 100000) step = 100000;
+                struct timespec ts = mono_deadline(step / 1000 + 1);
+                pthread_cond_timedwait(&st->cv, &st->mu, &ts);
+            }
+            if (atomic_load(&st->s->stopping)) { st->phase = P_CUT; break; }
+        }
+        while (!st->gone && st->ready.len > READY_HIGH_WATER) pthread_cond_wait(&st->cv, &st->mu);
+        if (st->gone) break;
+        buf_reset(&st->out);
+        produce(st);
+        buf_append(&st->ready, st->out.data, st->out.len);
+        http_waker *w = st->waker;
+        pthread_mutex_unlock(&st->mu);
+        http_stream_wake(w);
+        pthread_mutex_lock(&st->mu);
+    }
+    st->finished = st->phase == P_END ? 1 : -1;
+    http_waker *w = st->waker;
+    st->waker = NULL;
+    pthread_mutex_unlock(&st->mu);
+    http_stream_wake(w);
+    http_waker_release(w);
+    stream_unref(st);
+    return NULL;
+}
+
+/* Runs on the server's event loop: hands out what is ready, never waits. */
 static ssize_t stream_read(void *ctx, char *dst, size_t max)
 {
     sim_stream *st = ctx;
-    size_t n = 0;
-    for (;;) {
-        if (st->off < st->out.len) {
-            size_t k = st->out.len - st->off;
-            if (k > max - n) k = max - n;
-            memcpy(dst + n, st->out.data + st->off, k);
-            st->off += k;
-            n += k;
-            if (n == max) return (ssize_t)n;
-            continue;
-        }
-        if (st->phase == P_END) return (ssize_t)n;
-        if (st->phase == P_CUT) return n ? (ssize_t)n : -1;
-        if (st->phase == P_TOKENS && !st->s->fast) {
-            int64_t due = st->start_us + sim_token_due_us(&st->s->cfg, st->sent);
-            if (mono_us() < due) {
-                if (n) return (ssize_t)n;
-                if (wait_until(st->s, due)) {
-                    st->phase = P_CUT;
-                    continue;
-                }
-            }
-        }
-        buf_reset(&st->out);
-        st->off = 0;
-        produce(st);
+    pthread_mutex_lock(&st->mu);
+    ssize_t n = HTTP_STREAM_WAIT;
+    if (st->ready.len) {
+        n = (ssize_t)(st->ready.len < max ? st->ready.len : max);
+        memcpy(dst, st->ready.data, (size_t)n);
+        buf_consume(&st->ready, (size_t)n);
+        pthread_cond_broadcast(&st->cv);
+    } else if (st->finished) {
+        n = st->finished > 0 ? HTTP_STREAM_END : HTTP_STREAM_ERROR;
     }
+    pthread_mutex_unlock(&st->mu);
+    return n;
 }
 
 static void stream_done(void *ctx)
 {
     sim_stream *st = ctx;
-    release(st->s, st->slot, st->prompt_tokens, st->sent);
-    buf_free(&st->out);
-    free(st);
+    pthread_mutex_lock(&st->mu);
+    st->gone = 1;
+    pthread_cond_broadcast(&st->cv);
+    pthread_mutex_unlock(&st->mu);
+    stream_unref(st);
 }
 
 static void start_stream(sim_server *s, http_req *r, const sim_request *rq, int slot,
@@ -227,15 +277,32 @@ static void start_stream(sim_server *s, http_req *r, const sim_request *rq, int 
     st->cut_after = drop ? sim_drop_after(rq->max_tokens) : -1;
     st->prompt_tokens = rq->prompt_tokens;
     st->phase = P_TOKENS;
+    st->refs = 2; /* the producer's and the connection's */
+    atomic_fetch_add(&s->streams, 1);
+    pthread_mutex_init(&st->mu, NULL);
+    cond_init_monotonic(&st->cv);
     sim_gen_init(&st->gen, s->cfg.seed, rq->input_hash);
     char id[48];
     answer_id(s, id, sizeof id, rq->kind == SIM_CHAT ? "chatcmpl-sim-" : "cmpl-sim-", seq);
     sim_sse_init(&st->sse, &s->cfg, rq, id, (int64_t)time(NULL));
-    /* stream_done runs even if the stream cannot start, and frees the slot. */
-    http_respond_stream(r, 200, "text/event-stream", stream_read, stream_done, st);
+    /* stream_done runs even if the stream cannot start. */
+    st->waker = http_respond_stream(r, 200, "text/event-stream", stream_read, stream_done, st);
+    pthread_t t;
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    if (!st->waker || pthread_create(&t, &a, stream_thread, st)) {
+        http_waker_release(st->waker);
+        st->waker = NULL;
+        pthread_mutex_lock(&st->mu);
+        st->finished = -1;
+        pthread_mutex_unlock(&st->mu);
+        stream_unref(st);
+    }
+    pthread_attr_destroy(&a);
 }
 
-static ssize_t cut_read(void *ctx, char *dst, size_t max) { return -1; }
+static ssize_t cut_read(void *ctx, char *dst, size_t max) { return HTTP_STREAM_ERROR; }
 
 /* A hung request answers nothing and holds no slot (a slot held forever
  * would soon wedge the whole engine, which is a different fault).  The
@@ -247,7 +314,7 @@ static void hang(sim_server *s, http_req *r)
     while (!atomic_load(&s->stopping)) pthread_cond_wait(&s->stop_cv, &s->stop_mu);
     pthread_mutex_unlock(&s->stop_mu);
     /* Shutting down: close the connection without an answer. */
-    http_respond_stream(r, 200, "text/event-stream", cut_read, NULL, NULL);
+    http_waker_release(http_respond_stream(r, 200, "text/event-stream", cut_read, NULL, NULL));
 }
 
 /* ---- inference ---- */
@@ -258,6 +325,8 @@ static void text_of(const sim_config *c, const sim_request *rq, buf *text)
     sim_gen_init(&g, c->seed, rq->input_hash);
     for (int i = 0; i < rq->max_tokens; i++) buf_puts(text, sim_gen_next(&g));
 }
+
+static void answer_now(sim_server *s, http_req *r, const sim_request *rq, int slot, uint64_t seq);
 
 /* Acts out one validated request: its fault, its wait for a slot, its timing. */
 static void serve_infer(sim_server *s, http_req *r, const sim_request *rq)
@@ -290,6 +359,12 @@ static void serve_infer(sim_server *s, http_req *r, const sim_request *rq)
         respond_error(r, 503, "server_error", "shutting_down", "the engine is shutting down");
         return;
     }
+    answer_now(s, r, rq, slot, seq);
+}
+
+/* Builds and sends a whole (non-streamed) answer and frees the slot. */
+static void answer_now(sim_server *s, http_req *r, const sim_request *rq, int slot, uint64_t seq)
+{
     json_t *answer;
     if (rq->kind == SIM_EMBEDDING) {
         answer = sim_embeddings_json(&s->cfg, rq);
@@ -377,6 +452,44 @@ static const struct route {
     {"/metrics", "GET", handle_metrics},
 };
 
+/* On the event loop: the endpoints that never wait, and, for an unpaced
+ * engine without faults, whole answers when a slot is free right now. */
+static http_fast_rc handle_fast(http_req *r, void *app)
+{
+    sim_server *s = app;
+    const char *path = http_req_path(r), *method = http_req_method(r);
+    int infer = !strcmp(method, "POST") && (!strcmp(path, "/v1/chat/completions") ||
+                                            !strcmp(path, "/v1/completions") || !strcmp(path, "/v1/embeddings"));
+    if (!infer) return HTTP_PASS;
+    if (!s->fast || s->cfg.error_rate > 0 || s->cfg.hang_rate > 0 || s->cfg.drop_rate > 0) return HTTP_PASS;
+    sim_kind kind = !strcmp(path, "/v1/chat/completions") ? SIM_CHAT
+                    : !strcmp(path, "/v1/completions")    ? SIM_COMPLETION
+                                                          : SIM_EMBEDDING;
+    http_set_header(r, "X-Gpupool-Simulated", "true");
+    size_t len;
+    const char *body = http_req_body(r, &len);
+    json_t *root;
+    sim_request rq;
+    sim_error e;
+    if (sim_request_parse(&s->cfg, kind, body, len, &root, &rq, &e)) {
+        respond_sim_error(r, &e);
+        return HTTP_HANDLED;
+    }
+    http_fast_rc rc = HTTP_PASS;
+    if (!rq.stream || kind == SIM_EMBEDDING) {
+        pthread_mutex_lock(&s->mu);
+        int n = kind == SIM_EMBEDDING ? 0 : rq.max_tokens;
+        int slot = atomic_load(&s->stopping) ? -1 : sim_slots_try_take(&s->slots, NULL, rq.model, n, 0, mono_us());
+        pthread_mutex_unlock(&s->mu);
+        if (slot >= 0) {
+            answer_now(s, r, &rq, slot, atomic_fetch_add(&s->seq, 1));
+            rc = HTTP_HANDLED;
+        }
+    }
+    json_decref(root);
+    return rc;
+}
+
 static void handle(http_req *r, void *app)
 {
     sim_server *s = app;
@@ -418,6 +531,7 @@ sim_server *sim_server_start(const sim_config *c, const char *listen, char *err,
     s->id_nonce = strtoull(hex, NULL, 16);
     atomic_init(&s->seq, 0);
     atomic_init(&s->stopping, 0);
+    atomic_init(&s->streams, 0);
     if (sim_slots_init(&s->slots, c->slots)) {
         snprintf(err, errlen, "out of memory");
         free(s);
@@ -427,7 +541,7 @@ sim_server *sim_server_start(const sim_config *c, const char *listen, char *err,
     pthread_cond_init(&s->slot_cv, NULL);
     pthread_mutex_init(&s->stop_mu, NULL);
     cond_init_monotonic(&s->stop_cv);
-    http_server_opts o = {.listen = listen, .handler = handle, .app = s};
+    http_server_opts o = {.listen = listen, .fast = handle_fast, .handler = handle, .app = s};
     s->http = http_server_start(&o, err, errlen);
     if (!s->http) {
         sim_server_stop(s);
@@ -451,6 +565,9 @@ void sim_server_stop(sim_server *s)
     pthread_cond_broadcast(&s->stop_cv);
     pthread_mutex_unlock(&s->stop_mu);
     http_server_stop(s->http);
+    /* Stream producers may still be finishing; they use the slots. */
+    int64_t deadline = mono_ms() + 5000;
+    while (atomic_load(&s->streams) > 0 && mono_ms() < deadline) sleep_ms(2);
     pthread_cond_destroy(&s->stop_cv);
     pthread_mutex_destroy(&s->stop_mu);
     pthread_cond_destroy(&s->slot_cv);

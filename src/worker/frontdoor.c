@@ -88,16 +88,19 @@ static void forward_stream(worker *w, http_req *req, const http_call_opts *o, in
     relay_to_client(r, req, (int)status);
 }
 
-static void forward(worker *w, http_req *req)
+/* Reads the model and whether to stream, checks this node can serve it, and
+ * takes an engine slot.  Returns the engine's index, or -1 after answering. */
+static int take_engine(worker *w, http_req *req, char *url, size_t urllen, int *stream)
 {
     size_t len;
     const char *raw = http_req_body(req, &len);
     json_t *body = json_loadb(raw, len, 0, NULL);
     const char *model = json_string_value(json_object_get(body, "model"));
+    *stream = json_is_true(json_object_get(body, "stream"));
     if (!model) {
         json_decref(body);
         api_bad_request(req, "missing_field", "model", "'model' is required");
-        return;
+        return -1;
     }
     pthread_mutex_lock(&w->mu);
     int pick = -1, up = 0;
@@ -107,9 +110,8 @@ static void forward(worker *w, http_req *req)
         if (!engine_has_model(&w->engines[i], model)) continue;
         if (pick < 0 || w->engines[i].inflight < w->engines[pick].inflight) pick = i;
     }
-    char url[512] = "";
     if (pick >= 0) {
-        snprintf(url, sizeof url, "%s%s", w->engines[pick].url, http_req_path(req));
+        snprintf(url, urllen, "%s%s", w->engines[pick].url, http_req_path(req));
         w->engines[pick].inflight++;
         w->inflight++;
     }
@@ -117,14 +119,83 @@ static void forward(worker *w, http_req *req)
     if (pick < 0) {
         if (!up) not_ready(req, "%s", "no engine on this node is answering");
         else not_ready(req, "model '%s' is not loaded on this node", model);
-        json_decref(body);
-        return;
     }
-    int stream = json_is_true(json_object_get(body, "stream"));
     json_decref(body);
+    return pick;
+}
+
+static void forward(worker *w, http_req *req)
+{
+    char url[512];
+    int stream;
+    int pick = take_engine(w, req, url, sizeof url, &stream);
+    if (pick < 0) return;
+    size_t len;
+    const char *raw = http_req_body(req, &len);
     http_call_opts o = {.method = "POST", .url = url, .body = raw, .body_len = len};
     if (stream) forward_stream(w, req, &o, pick);
     else forward_buffered(w, req, &o, pick);
+}
+
+typedef struct fast_job {
+    job j;
+    http_req *req;
+    char url[512];
+} fast_job;
+
+static void fast_done(void *ctx, http_result *res)
+{
+    fast_job *f = ctx;
+    relay_outcome none = {0};
+    job_finished(&f->j, &none);
+    if (res->status) {
+        relay_respond_result(f->req, res);
+    } else if (http_req_client_gone(f->req)) {
+        api_error(f->req, 499, "invalid_request_error", "client_closed", NULL, "the client left");
+    } else {
+        engine_failed(f->j.w, f->j.engine, f->url, res->error);
+        not_ready(f->req, "the engine did not answer: %s", res->error);
+    }
+    http_req_complete(f->req);
+    free(f);
+}
+
+static int is_inference(const char *p)
+{
+    return !strcmp(p, "/v1/chat/completions") || !strcmp(p, "/v1/completions") || !strcmp(p, "/v1/embeddings");
+}
+
+static int token_refused(worker *w, http_req *req)
+{
+    if (worker_token_ok(w, http_req_bearer(req))) return 0;
+    log_warn("refused %s from %s: not this node's token", http_req_path(req), http_req_peer(req));
+    api_error(req, 401, "invalid_request_error", "unauthorized", NULL, "work must come from this node's coordinator");
+    return 1;
+}
+
+http_fast_rc frontdoor_fast(http_req *req, void *app)
+{
+    worker *w = app;
+    if (!is_inference(http_req_path(req)) || strcmp(http_req_method(req), "POST")) return HTTP_PASS;
+    if (token_refused(w, req)) return HTTP_HANDLED;
+    fast_job *f = calloc(1, sizeof *f);
+    if (!f) return HTTP_PASS;
+    int stream;
+    int pick = take_engine(w, req, f->url, sizeof f->url, &stream);
+    if (pick < 0) { free(f); return HTTP_HANDLED; }
+    f->j = (job){w, pick};
+    f->req = req;
+    size_t len;
+    const char *raw = http_req_body(req, &len);
+    http_call_opts o = {.method = "POST", .url = f->url, .body = raw, .body_len = len};
+    if (stream || relay_call_async(&o, req, fast_done, f)) {
+        /* Streams are relayed from a pool thread; give the slot back first. */
+        relay_outcome none = {0};
+        job_finished(&f->j, &none);
+        free(f);
+        return HTTP_PASS;
+    }
+    return HTTP_DEFERRED;
 }
 
 void frontdoor_handle(http_req *req, void *app)
@@ -139,8 +210,7 @@ void frontdoor_handle(http_req *req, void *app)
         json_decref(j);
         return;
     }
-    int inference = !strcmp(p, "/v1/chat/completions") || !strcmp(p, "/v1/completions") || !strcmp(p, "/v1/embeddings");
-    if (!inference) {
+    if (!is_inference(p)) {
         api_error(req, 404, "invalid_request_error", "not_found", NULL, "no such endpoint on a worker: %s", p);
         return;
     }
@@ -148,10 +218,6 @@ void frontdoor_handle(http_req *req, void *app)
         api_error(req, 405, "invalid_request_error", "method_not_allowed", NULL, "use POST");
         return;
     }
-    if (!worker_token_ok(w, http_req_bearer(req))) {
-        log_warn("refused %s from %s: not this node's token", p, http_req_peer(req));
-        api_error(req, 401, "invalid_request_error", "unauthorized", NULL, "work must come from this node's coordinator");
-        return;
-    }
+    if (token_refused(w, req)) return;
     forward(w, req);
 }

@@ -7,7 +7,9 @@
 
 #include "http/server.h"
 
-/* app is the worker (worker/agent.h). */
+/* app is the worker (worker/agent.h).  The fast handler forwards
+ * non-streamed calls from the event loop; the other takes the rest. */
+http_fast_rc frontdoor_fast(http_req *req, void *app);
 void frontdoor_handle(http_req *req, void *app);
 
 #endif
