@@ -2,6 +2,7 @@
 #include "http/client.h"
 
 #include <curl/curl.h>
+#include <sys/epoll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -9,6 +10,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "http/loop.h"
 #include "util/buf.h"
 
 #define POOL_MAX 256
@@ -26,6 +28,7 @@ static void loop_stop(void);
 void http_client_global_cleanup(void)
 {
     loop_stop();
+    io_loop_stop();
     pthread_mutex_lock(&pool_mu);
     for (int i = 0; i < pool_n; i++) curl_easy_cleanup(pool[i]);
     pool_n = 0;
@@ -236,20 +239,27 @@ int http_call_stream(const http_call_opts *o, const http_stream_cbs *cb, http_re
     return perform(o, cb, res);
 }
 
-/* ---- calls on the shared event loop ---- */
+/* ---- calls on the shared I/O loop ---- */
 
-/* One thread drives every asynchronous call through a curl multi handle, so
- * waiting on a thousand engines costs no thread each. */
+/* Asynchronous calls run on the process's I/O loop (http/loop.h) through a
+ * curl multi handle in socket mode: curl tells us which sockets to watch and
+ * when to time out, and the loop tells curl what happened. */
 static struct {
-    pthread_mutex_t mu;
-    pthread_t thread;
     CURLM *multi;
-    call_state *incoming;   /* queued by callers, added by the loop */
-    int running, stopping;
-    int polling;            /* the loop sleeps in curl_multi_poll: wake it */
-} loop = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    io_timer *timer;
+    call_state *active; /* for aborting them all at shutdown */
+    int ready;
+} A;
 
-void http_client_abort_all(void) { atomic_store(&aborting_all, 1); }
+static atomic_int async_ready;
+
+static void async_abort(void *arg);
+
+void http_client_abort_all(void)
+{
+    atomic_store(&aborting_all, 1);
+    if (atomic_load(&async_ready)) io_post(async_abort, NULL);
+}
 
 static void async_free(call_state *st)
 {
@@ -262,59 +272,94 @@ static void async_free(call_state *st)
     free(st);
 }
 
-static void *loop_thread(void *arg)
+static void unlink_active(call_state *st)
+{
+    for (call_state **pp = &A.active; *pp; pp = &(*pp)->next)
+        if (*pp == st) { *pp = st->next; break; }
+}
+
+static void reap(void)
+{
+    CURLMsg *m;
+    int left;
+    while ((m = curl_multi_info_read(A.multi, &left))) {
+        if (m->msg != CURLMSG_DONE) continue;
+        call_state *st = NULL;
+        CURL *h = m->easy_handle;
+        CURLcode rc = m->data.result;
+        curl_easy_getinfo(h, CURLINFO_PRIVATE, (char **)&st);
+        curl_multi_remove_handle(A.multi, h);
+        unlink_active(st);
+        http_result res;
+        finish(st, rc, &res);
+        st->done(st->done_ctx, &res);
+        http_result_free(&res);
+        async_free(st);
+    }
+}
+
+static void on_socket_ready(void *ctx, int fd, uint32_t events)
+{
+    (void)ctx;
+    int flags = 0, running;
+    if (events & EPOLLIN) flags |= CURL_CSELECT_IN;
+    if (events & EPOLLOUT) flags |= CURL_CSELECT_OUT;
+    if (events & (EPOLLERR | EPOLLHUP)) flags |= CURL_CSELECT_ERR;
+    curl_multi_socket_action(A.multi, fd, flags, &running);
+    reap();
+}
+
+static int on_curl_socket(CURL *e, curl_socket_t fd, int what, void *userp, void *socketp)
+{
+    (void)e; (void)userp; (void)socketp;
+    uint32_t ev = 0;
+    if (what == CURL_POLL_IN || what == CURL_POLL_INOUT) ev |= EPOLLIN;
+    if (what == CURL_POLL_OUT || what == CURL_POLL_INOUT) ev |= EPOLLOUT;
+    io_watch(fd, what == CURL_POLL_REMOVE ? 0 : ev, on_socket_ready, NULL);
+    return 0;
+}
+
+static void on_timer(void *ctx)
+{
+    (void)ctx;
+    int running;
+    curl_multi_socket_action(A.multi, CURL_SOCKET_TIMEOUT, 0, &running);
+    reap();
+}
+
+static int on_curl_timer(CURLM *m, long ms, void *userp)
+{
+    (void)m; (void)userp;
+    io_timer_set(A.timer, ms);
+    return 0;
+}
+
+static void async_setup(void *arg)
 {
     (void)arg;
-    int active = 0;
-    for (;;) {
-        pthread_mutex_lock(&loop.mu);
-        call_state *in = loop.incoming;
-        loop.incoming = NULL;
-        int stopping = loop.stopping;
-        pthread_mutex_unlock(&loop.mu);
-        while (in) {
-            call_state *next = in->next;
-            curl_multi_add_handle(loop.multi, in->h);
-            active++;
-            in = next;
-        }
-        if (stopping && active == 0) break;
-        int still = 0;
-        curl_multi_perform(loop.multi, &still);
-        CURLMsg *m;
-        int left;
-        while ((m = curl_multi_info_read(loop.multi, &left))) {
-            if (m->msg != CURLMSG_DONE) continue;
-            call_state *st = NULL;
-            CURL *h = m->easy_handle;
-            CURLcode rc = m->data.result;
-            curl_easy_getinfo(h, CURLINFO_PRIVATE, (char **)&st);
-            curl_multi_remove_handle(loop.multi, h);
-            active--;
-            http_result res;
-            finish(st, rc, &res);
-            st->done(st->done_ctx, &res);
-            http_result_free(&res);
-            async_free(st);
-        }
-        /* Callers wake the loop only while it sleeps, which saves two
-         * system calls per call when it is busy. */
-        pthread_mutex_lock(&loop.mu);
-        int idle = !loop.incoming && !loop.stopping;
-        loop.polling = idle;
-        pthread_mutex_unlock(&loop.mu);
-        if (idle) curl_multi_poll(loop.multi, NULL, 0, 1000, NULL);
-        pthread_mutex_lock(&loop.mu);
-        loop.polling = 0;
-        pthread_mutex_unlock(&loop.mu);
-    }
-    return NULL;
+    A.multi = curl_multi_init();
+    A.timer = io_timer_new(on_timer, NULL);
+    /* Keep idle keep-alive connections to every node and engine. */
+    curl_multi_setopt(A.multi, CURLMOPT_MAXCONNECTS, 1024L);
+    curl_multi_setopt(A.multi, CURLMOPT_SOCKETFUNCTION, on_curl_socket);
+    curl_multi_setopt(A.multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);
+    A.ready = 1;
+}
+
+static void async_add(void *arg)
+{
+    call_state *st = arg;
+    if (!A.ready) async_setup(NULL);
+    st->next = A.active;
+    A.active = st;
+    curl_multi_add_handle(A.multi, st->h); /* arms the timer at once */
 }
 
 static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
 
 int http_call_async(const http_call_opts *o, http_async_done done, void *ctx)
 {
+    if (atomic_load(&aborting_all) || io_loop_start()) return -1;
     call_state *st = calloc(1, sizeof *st);
     if (!st) return -1;
     st->async = 1;
@@ -334,48 +379,46 @@ int http_call_async(const http_call_opts *o, http_async_done done, void *ctx)
     st->h = handle_get();
     if (!st->h) { async_free(st); return -1; }
     setup(st, &st->own);
-    pthread_mutex_lock(&loop.mu);
-    if (loop.stopping) {
-        pthread_mutex_unlock(&loop.mu);
-        curl_easy_cleanup(st->h);
-        curl_slist_free_all(st->hl);
-        async_free(st);
-        return -1;
-    }
-    if (!loop.running) {
-        loop.multi = curl_multi_init();
-        /* Keep idle keep-alive connections to every node and engine; by
-         * default the cache shrinks with the number of running transfers. */
-        if (loop.multi) curl_multi_setopt(loop.multi, CURLMOPT_MAXCONNECTS, 1024L);
-        if (!loop.multi || pthread_create(&loop.thread, NULL, loop_thread, NULL)) {
-            pthread_mutex_unlock(&loop.mu);
-            curl_easy_cleanup(st->h);
-            curl_slist_free_all(st->hl);
-            async_free(st);
-            return -1;
-        }
-        loop.running = 1;
-    }
-    st->next = loop.incoming;
-    loop.incoming = st;
-    int wake = loop.polling;
-    pthread_mutex_unlock(&loop.mu);
-    if (wake) curl_multi_wakeup(loop.multi);
+    atomic_store(&async_ready, 1);
+    if (io_on_loop()) async_add(st);
+    else io_post(async_add, st);
     return 0;
+}
+
+/* Ends every call still running (their done() runs with an error). */
+static void async_abort(void *arg)
+{
+    (void)arg;
+    if (!A.ready) return;
+    while (A.active) {
+        call_state *st = A.active;
+        A.active = st->next;
+        curl_multi_remove_handle(A.multi, st->h);
+        st->stop = 1;
+        http_result res;
+        finish(st, CURLE_ABORTED_BY_CALLBACK, &res);
+        st->done(st->done_ctx, &res);
+        http_result_free(&res);
+        async_free(st);
+    }
+}
+
+static void async_teardown(void *arg)
+{
+    async_abort(arg);
+    if (!A.ready) return;
+    curl_multi_cleanup(A.multi);
+    io_timer_free(A.timer);
+    A.multi = NULL;
+    A.timer = NULL;
+    A.ready = 0;
 }
 
 static void loop_stop(void)
 {
-    pthread_mutex_lock(&loop.mu);
-    int running = loop.running;
-    loop.stopping = 1;
-    pthread_mutex_unlock(&loop.mu);
-    if (!running) return;
+    if (!atomic_load(&async_ready)) return;
     atomic_store(&aborting_all, 1);
-    curl_multi_wakeup(loop.multi);
-    pthread_join(loop.thread, NULL);
-    curl_multi_cleanup(loop.multi);
-    loop.running = 0;
+    io_run_sync(async_teardown, NULL);
 }
 
 void http_result_free(http_result *res)

@@ -7,11 +7,13 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/epoll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
+#include "http/loop.h"
 #include "http/pool.h"
 #include "util/buf.h"
 #include "util/clock.h"
@@ -19,10 +21,13 @@
 
 struct http_server {
     struct MHD_Daemon *d;
+    int epfd;          /* libmicrohttpd's own epoll set, watched by the I/O loop */
+    io_timer *timer;   /* libmicrohttpd's next timeout */
     http_server_opts o;
     int port;
     work_pool *pool;
     atomic_int suspended; /* connections parked; all must be back before stop */
+    atomic_int kick;      /* a run of libmicrohttpd is already posted to the loop */
 };
 
 typedef struct hdr {
@@ -74,10 +79,22 @@ static void park(http_server *s, struct MHD_Connection *c)
     atomic_fetch_add(&s->suspended, 1);
 }
 
+static void run_mhd(http_server *s);
+
+static void kicked(void *arg)
+{
+    http_server *s = arg;
+    atomic_store(&s->kick, 0);
+    run_mhd(s);
+}
+
+/* A resumed connection is picked up by the next run of libmicrohttpd; make
+ * sure one happens soon (its own signal does not reach an external loop). */
 static void unpark(http_server *s, struct MHD_Connection *c)
 {
     MHD_resume_connection(c);
     atomic_fetch_sub(&s->suspended, 1);
+    if (!atomic_exchange(&s->kick, 1)) io_post(kicked, s);
 }
 
 int http_parse_listen(const char *listen, char *host, size_t hostlen, int *port)
@@ -459,6 +476,41 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     *con_cls = NULL;
 }
 
+/* ---- on the I/O loop ---- */
+
+static void run_mhd(http_server *s)
+{
+    MHD_run(s->d);
+    MHD_UNSIGNED_LONG_LONG ms;
+    if (MHD_get_timeout(s->d, &ms) == MHD_YES) io_timer_set(s->timer, ms > 1000 ? 1000 : (int64_t)ms);
+    else io_timer_set(s->timer, 1000);
+}
+
+static void on_mhd_ready(void *ctx, int fd, uint32_t events)
+{
+    (void)fd; (void)events;
+    run_mhd(ctx);
+}
+
+static void on_mhd_timer(void *ctx) { run_mhd(ctx); }
+
+static void attach_to_loop(void *arg)
+{
+    http_server *s = arg;
+    s->timer = io_timer_new(on_mhd_timer, s);
+    io_watch(s->epfd, EPOLLIN, on_mhd_ready, s);
+    run_mhd(s);
+}
+
+static void detach_from_loop(void *arg)
+{
+    http_server *s = arg;
+    io_watch(s->epfd, 0, NULL, NULL);
+    io_timer_free(s->timer);
+    s->timer = NULL;
+    MHD_stop_daemon(s->d);
+}
+
 static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
     (void)cls;
@@ -480,7 +532,9 @@ http_server *http_server_start(const http_server_opts *o, char *err, size_t errl
     if (!strcmp(host, "localhost")) snprintf(host, sizeof host, "127.0.0.1");
     struct sockaddr_storage ss;
     memset(&ss, 0, sizeof ss);
-    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG | MHD_USE_TURBO;
+    /* libmicrohttpd runs on the shared I/O loop (external epoll); ITC lets
+     * other threads resume parked connections. */
+    unsigned flags = MHD_USE_EPOLL | MHD_USE_ITC | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG | MHD_USE_TURBO;
     struct sockaddr_in *v4 = (struct sockaddr_in *)&ss;
     struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&ss;
     if (inet_pton(AF_INET, host, &v4->sin_addr) == 1) {
@@ -516,6 +570,16 @@ http_server *http_server_start(const http_server_opts *o, char *err, size_t errl
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : port;
+    const union MHD_DaemonInfo *ei = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_EPOLL_FD);
+    s->epfd = ei ? ei->epoll_fd : -1;
+    if (s->epfd < 0 || io_loop_start()) {
+        snprintf(err, errlen, "cannot run the HTTP server on the I/O loop");
+        MHD_stop_daemon(s->d);
+        work_pool_free(s->pool);
+        free(s);
+        return NULL;
+    }
+    io_run_sync(attach_to_loop, s);
     return s;
 }
 
@@ -533,6 +597,6 @@ void http_server_stop(http_server *s)
         log_error("%d connection(s) still parked at shutdown; leaving the server running", atomic_load(&s->suspended));
         return;
     }
-    MHD_stop_daemon(s->d);
+    io_run_sync(detach_from_loop, s);
     free(s);
 }

@@ -1,0 +1,288 @@
+/* http/loop: see loop.h. */
+#include "http/loop.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "util/clock.h"
+#include "util/log.h"
+
+#define MAX_TIMERS 64
+
+typedef struct watch {
+    int fd;
+    io_fd_fn fn;
+    void *ctx;
+    struct watch *next;
+} watch;
+
+struct io_timer {
+    void (*fn)(void *);
+    void *ctx;
+    int64_t due_us; /* 0 = disarmed */
+};
+
+typedef struct post {
+    void (*fn)(void *);
+    void *arg;
+    struct post *next;
+} post;
+
+static struct {
+    pthread_mutex_t mu;     /* posts, start/stop */
+    int running, stopping;
+    pthread_t thread;
+    int epfd, evfd;
+    post *head, *tail;
+    int sleeping;           /* in epoll_wait: posts must write the eventfd */
+    watch *watches;         /* loop thread only */
+    io_timer *timers[MAX_TIMERS];
+    int ntimers;
+} L = {.mu = PTHREAD_MUTEX_INITIALIZER, .epfd = -1, .evfd = -1};
+
+static __thread int on_loop;
+
+int io_on_loop(void) { return on_loop; }
+
+static watch *find_watch(int fd)
+{
+    for (watch *w = L.watches; w; w = w->next)
+        if (w->fd == fd) return w;
+    return NULL;
+}
+
+int io_watch(int fd, uint32_t events, io_fd_fn fn, void *ctx)
+{
+    watch *w = find_watch(fd);
+    if (!events) {
+        if (!w) return 0;
+        epoll_ctl(L.epfd, EPOLL_CTL_DEL, fd, NULL);
+        for (watch **pp = &L.watches; *pp; pp = &(*pp)->next)
+            if (*pp == w) { *pp = w->next; break; }
+        free(w);
+        return 0;
+    }
+    struct epoll_event ev = {.events = events};
+    if (w) {
+        w->fn = fn;
+        w->ctx = ctx;
+        ev.data.ptr = w;
+        return epoll_ctl(L.epfd, EPOLL_CTL_MOD, fd, &ev);
+    }
+    w = calloc(1, sizeof *w);
+    if (!w) return -1;
+    w->fd = fd;
+    w->fn = fn;
+    w->ctx = ctx;
+    ev.data.ptr = w;
+    if (epoll_ctl(L.epfd, EPOLL_CTL_ADD, fd, &ev)) { free(w); return -1; }
+    w->next = L.watches;
+    L.watches = w;
+    return 0;
+}
+
+io_timer *io_timer_new(void (*fn)(void *), void *ctx)
+{
+    if (L.ntimers >= MAX_TIMERS) return NULL;
+    io_timer *t = calloc(1, sizeof *t);
+    if (!t) return NULL;
+    t->fn = fn;
+    t->ctx = ctx;
+    L.timers[L.ntimers++] = t;
+    return t;
+}
+
+void io_timer_set(io_timer *t, int64_t ms)
+{
+    if (t) t->due_us = ms < 0 ? 0 : mono_us() + ms * 1000 + (ms == 0);
+}
+
+void io_timer_free(io_timer *t)
+{
+    for (int i = 0; i < L.ntimers; i++)
+        if (L.timers[i] == t) { L.timers[i] = L.timers[--L.ntimers]; break; }
+    free(t);
+}
+
+int io_post(void (*fn)(void *), void *arg)
+{
+    post *p = malloc(sizeof *p);
+    if (!p) return -1;
+    p->fn = fn;
+    p->arg = arg;
+    p->next = NULL;
+    pthread_mutex_lock(&L.mu);
+    if (L.tail) L.tail->next = p;
+    else L.head = p;
+    L.tail = p;
+    int wake = L.sleeping;
+    L.sleeping = 0;
+    pthread_mutex_unlock(&L.mu);
+    if (wake) {
+        uint64_t one = 1;
+        ssize_t n = write(L.evfd, &one, sizeof one);
+        (void)n;
+    }
+    return 0;
+}
+
+typedef struct sync_call {
+    void (*fn)(void *);
+    void *arg;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;
+} sync_call;
+
+static void run_sync_call(void *arg)
+{
+    sync_call *s = arg;
+    s->fn(s->arg);
+    pthread_mutex_lock(&s->mu);
+    s->done = 1;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void io_run_sync(void (*fn)(void *), void *arg)
+{
+    if (on_loop) { fn(arg); return; }
+    sync_call s = {.fn = fn, .arg = arg};
+    pthread_mutex_init(&s.mu, NULL);
+    pthread_cond_init(&s.cv, NULL);
+    io_post(run_sync_call, &s);
+    pthread_mutex_lock(&s.mu);
+    while (!s.done) pthread_cond_wait(&s.cv, &s.mu);
+    pthread_mutex_unlock(&s.mu);
+    pthread_mutex_destroy(&s.mu);
+    pthread_cond_destroy(&s.cv);
+}
+
+static int run_posts(void)
+{
+    pthread_mutex_lock(&L.mu);
+    post *p = L.head;
+    L.head = L.tail = NULL;
+    pthread_mutex_unlock(&L.mu);
+    int n = 0;
+    while (p) {
+        post *next = p->next;
+        p->fn(p->arg);
+        free(p);
+        p = next;
+        n++;
+    }
+    return n;
+}
+
+static int run_timers(void)
+{
+    int64_t now = mono_us();
+    int fired = 0;
+    for (int i = 0; i < L.ntimers; i++) {
+        io_timer *t = L.timers[i];
+        if (t->due_us && t->due_us <= now) {
+            t->due_us = 0;
+            t->fn(t->ctx);
+            fired++;
+        }
+    }
+    return fired;
+}
+
+static int wait_ms(void)
+{
+    int64_t soonest = 0;
+    for (int i = 0; i < L.ntimers; i++)
+        if (L.timers[i]->due_us && (!soonest || L.timers[i]->due_us < soonest)) soonest = L.timers[i]->due_us;
+    if (!soonest) return 1000;
+    int64_t ms = (soonest - mono_us() + 999) / 1000;
+    return ms < 0 ? 0 : ms > 1000 ? 1000 : (int)ms;
+}
+
+static void drain_eventfd(void *ctx, int fd, uint32_t events)
+{
+    (void)ctx; (void)events;
+    uint64_t v;
+    ssize_t n = read(fd, &v, sizeof v);
+    (void)n;
+}
+
+static void *loop_thread(void *arg)
+{
+    (void)arg;
+    on_loop = 1;
+    struct epoll_event evs[64];
+    for (;;) {
+        int busy = run_posts() + run_timers();
+        pthread_mutex_lock(&L.mu);
+        int more = busy || L.head;
+        int stop = L.stopping && !L.head;
+        /* Posts arriving from now on write the eventfd. */
+        L.sleeping = !more;
+        pthread_mutex_unlock(&L.mu);
+        if (stop) break;
+        int n = epoll_wait(L.epfd, evs, 64, more ? 0 : wait_ms());
+        pthread_mutex_lock(&L.mu);
+        L.sleeping = 0;
+        pthread_mutex_unlock(&L.mu);
+        for (int i = 0; i < n; i++) {
+            watch *w = evs[i].data.ptr;
+            w->fn(w->ctx, w->fd, evs[i].events);
+        }
+    }
+    return NULL;
+}
+
+int io_loop_start(void)
+{
+    pthread_mutex_lock(&L.mu);
+    if (L.running) { pthread_mutex_unlock(&L.mu); return 0; }
+    L.epfd = epoll_create1(EPOLL_CLOEXEC);
+    L.evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    L.stopping = 0;
+    struct epoll_event ev = {.events = EPOLLIN};
+    watch *w = calloc(1, sizeof *w);
+    int rc = -1;
+    if (L.epfd >= 0 && L.evfd >= 0 && w) {
+        w->fd = L.evfd;
+        w->fn = drain_eventfd;
+        ev.data.ptr = w;
+        L.watches = w;
+        if (epoll_ctl(L.epfd, EPOLL_CTL_ADD, L.evfd, &ev) == 0 && pthread_create(&L.thread, NULL, loop_thread, NULL) == 0)
+            rc = 0;
+    }
+    if (rc == 0) L.running = 1;
+    else log_error("cannot start the I/O loop: %s", strerror(errno));
+    pthread_mutex_unlock(&L.mu);
+    return rc;
+}
+
+void io_loop_stop(void)
+{
+    pthread_mutex_lock(&L.mu);
+    int running = L.running;
+    L.stopping = 1;
+    pthread_mutex_unlock(&L.mu);
+    if (!running) return;
+    uint64_t one = 1;
+    ssize_t n = write(L.evfd, &one, sizeof one);
+    (void)n;
+    pthread_join(L.thread, NULL);
+    while (L.watches) {
+        watch *w = L.watches;
+        L.watches = w->next;
+        free(w);
+    }
+    for (int i = 0; i < L.ntimers; i++) free(L.timers[i]);
+    L.ntimers = 0;
+    close(L.epfd);
+    close(L.evfd);
+    L.epfd = L.evfd = -1;
+    L.running = 0;
+}
