@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "http/loop.h"
 #include "http/pool.h"
@@ -28,6 +29,8 @@ struct http_server {
     work_pool *pool;
     atomic_int suspended; /* connections parked; all must be back before stop */
     atomic_int kick;      /* a run of libmicrohttpd is already posted to the loop */
+    atomic_int stopping;  /* new requests get 503 and never reach the pool */
+    int listen_fd;        /* ours to close once quiesced */
 };
 
 typedef struct hdr {
@@ -371,7 +374,7 @@ static void run_handler(void *arg)
 
 void http_req_run_handler(http_req *r)
 {
-    if (work_pool_run(r->srv->pool, run_handler, r)) {
+    if (atomic_load(&r->srv->stopping) || work_pool_run(r->srv->pool, run_handler, r)) {
         http_respond_text(r, 503, "shutting down\n");
         http_req_complete(r);
     }
@@ -502,6 +505,12 @@ static void attach_to_loop(void *arg)
     run_mhd(s);
 }
 
+static void quiesce(void *arg)
+{
+    http_server *s = arg;
+    s->listen_fd = MHD_quiesce_daemon(s->d);
+}
+
 static void detach_from_loop(void *arg)
 {
     http_server *s = arg;
@@ -509,6 +518,7 @@ static void detach_from_loop(void *arg)
     io_timer_free(s->timer);
     s->timer = NULL;
     MHD_stop_daemon(s->d);
+    if (s->listen_fd >= 0) close(s->listen_fd);
 }
 
 static void mhd_log(void *cls, const char *fmt, va_list ap)
@@ -554,6 +564,7 @@ http_server *http_server_start(const http_server_opts *o, char *err, size_t errl
     if (!s->o.max_body) s->o.max_body = 8u << 20;
     if (!s->o.idle_timeout_s) s->o.idle_timeout_s = 300;
     s->pool = work_pool_new(4, 1024);
+    s->listen_fd = -1;
     s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_access, s,
                             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
@@ -588,8 +599,12 @@ int http_server_port(const http_server *s) { return s->port; }
 void http_server_stop(http_server *s)
 {
     if (!s) return;
-    /* Blocking handlers finish first (the caller has made their waits end),
-     * and every parked connection must be back before libmicrohttpd stops. */
+    /* New requests are refused, and once the loop has passed this point no
+     * more work reaches the pool.  Blocking handlers then finish (the caller
+     * has made their waits end), and every parked connection must be back
+     * before libmicrohttpd stops. */
+    atomic_store(&s->stopping, 1);
+    io_run_sync(quiesce, s);
     work_pool_free(s->pool);
     int64_t deadline = mono_ms() + 15000;
     while (atomic_load(&s->suspended) > 0 && mono_ms() < deadline) sleep_ms(5);
