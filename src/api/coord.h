@@ -19,6 +19,7 @@ typedef struct coord_cfg {
     int64_t queue_timeout_ms;  /* how long a request waits for a slot */
     int64_t upstream_timeout_ms;
     int max_attempts;          /* nodes tried per request / task */
+    const char *models_dir;    /* GGUF files POST /v1/plan may read; NULL = none */
 } coord_cfg;
 
 typedef struct coord {
@@ -48,5 +49,6 @@ void api_nodes(coord *c, http_req *req);
 void api_register(coord *c, http_req *req);
 void api_heartbeat(coord *c, http_req *req);
 void api_metrics(coord *c, http_req *req);
+void api_plan(coord *c, http_req *req);
 
 #endif

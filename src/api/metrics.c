@@ -24,7 +24,7 @@ const char *metrics_route_name(metrics_route r)
 {
     static const char *names[] = {"chat_completions", "completions", "embeddings", "models",
                                   "tasks_create", "tasks_get", "tasks_list", "tasks_cancel",
-                                  "nodes", "register", "heartbeat", "healthz", "metrics", "other"};
+                                  "nodes", "plan", "register", "heartbeat", "healthz", "metrics", "other"};
     return r < ROUTE_COUNT ? names[r] : "other";
 }
 

@@ -73,6 +73,11 @@ static metrics_route route_and_run(coord *c, http_req *req)
         if (authorized(c, req)) api_nodes(c, req);
         return ROUTE_NODES;
     }
+    if (is(p, "/v1/plan")) {
+        if (!post) goto wrong_method;
+        if (authorized(c, req)) api_plan(c, req);
+        return ROUTE_PLAN;
+    }
     if (is(p, "/v1/tasks")) {
         if (post) { if (authorized(c, req)) api_tasks_create(c, req); return ROUTE_TASKS_CREATE; }
         if (get) { if (authorized(c, req)) api_tasks_list(c, req); return ROUTE_TASKS_LIST; }

@@ -48,6 +48,7 @@ static void usage(FILE *f)
             "  --token-ttl-s N           node token lifetime (default 600)\n"
             "  --max-attempts N          nodes tried per request or task (default 3)\n"
             "  --task-timeout-ms N       longest run of one task attempt (default 600000)\n"
+            "  --models-dir DIR          GGUF files that POST /v1/plan may read\n"
             "  --port-file FILE          write the bound port here once listening\n"
             "  --config FILE             read options from FILE (key = value lines)\n");
 }
@@ -83,7 +84,7 @@ static int parse(int argc, char **argv, serve_opts *o)
         {"max-body", 1, 0, 'b'}, {"queue-max", 1, 0, 'q'}, {"queue-timeout-ms", 1, 0, 'Q'},
         {"upstream-timeout-ms", 1, 0, 'u'}, {"heartbeat-ms", 1, 0, 'h'}, {"missed-heartbeats", 1, 0, 'm'},
         {"token-ttl-s", 1, 0, 't'}, {"max-attempts", 1, 0, 'A'}, {"task-timeout-ms", 1, 0, 'T'},
-        {"port-file", 1, 0, 'p'}, {"help", 0, 0, 'H'}, {0, 0, 0, 0}};
+        {"port-file", 1, 0, 'p'}, {"models-dir", 1, 0, 'M'}, {"help", 0, 0, 'H'}, {0, 0, 0, 0}};
     long v;
     char err[200];
     int c;
@@ -117,6 +118,7 @@ static int parse(int argc, char **argv, serve_opts *o)
         INTOPT('T', o->task_timeout_ms, 100, 86400000, "--task-timeout-ms")
 #undef INTOPT
         case 'p': o->port_file = optarg; break;
+        case 'M': o->cc.models_dir = optarg; break;
         case 'H': usage(stdout); exit(0);
         default: usage(stderr); return -1;
         }

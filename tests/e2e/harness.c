@@ -125,7 +125,7 @@ int h_pool_cleanup(h_pool *p)
     return problems;
 }
 
-h_proc *h_spawn(h_pool *p, const char *name, const char *args, const char *const *env)
+static h_proc *spawn(h_pool *p, const char *name, const char *args, const char *const *env, int port_file)
 {
     if (p->nprocs >= H_MAX_PROCS) fail_msg("too many processes");
     h_proc *proc = &p->procs[p->nprocs++];
@@ -145,8 +145,10 @@ h_proc *h_spawn(h_pool *p, const char *name, const char *args, const char *const
         for (char *q = strstr(t, "%20"); q; q = strstr(q, "%20")) { *q = ' '; memmove(q + 1, q + 3, strlen(q + 3) + 1); }
         argv[n++] = t;
     }
-    argv[n++] = "--port-file";
-    argv[n++] = proc->portfile;
+    if (port_file) {
+        argv[n++] = "--port-file";
+        argv[n++] = proc->portfile;
+    }
     argv[n] = NULL;
     pid_t pid = fork();
     if (pid == 0) {
@@ -161,6 +163,16 @@ h_proc *h_spawn(h_pool *p, const char *name, const char *args, const char *const
     free(copy);
     proc->pid = pid;
     return proc;
+}
+
+h_proc *h_spawn(h_pool *p, const char *name, const char *args, const char *const *env)
+{
+    return spawn(p, name, args, env, 1);
+}
+
+h_proc *h_run_cli(h_pool *p, const char *name, const char *args)
+{
+    return spawn(p, name, args, NULL, 0);
 }
 
 void h_kill(h_proc *proc, int sig)

@@ -59,6 +59,8 @@ h_proc *h_restart_coordinator(h_pool *p);
 h_proc *h_start_worker(h_pool *p, const char *machine_id, const char *sim_args, const char *extra_args);
 /* Starts any gpupool subcommand; args space separated; returns the process. */
 h_proc *h_spawn(h_pool *p, const char *name, const char *args, const char *const *env);
+/* A one-shot command (no --port-file); its output goes to proc->log. */
+h_proc *h_run_cli(h_pool *p, const char *name, const char *args);
 void h_kill(h_proc *proc, int sig);
 /* Waits for exit; returns the exit status (or 128+signal), -1 on timeout. */
 int h_wait_exit(h_proc *proc, int64_t timeout_ms);
