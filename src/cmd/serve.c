@@ -194,11 +194,7 @@ int cmd_serve(int argc0, char **argv0)
 
     /* Signals are taken by sigtimedwait below, so every thread blocks them. */
     sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    block_stop_signals(&sigs);
     http_client_global_init();
 
     st = store_open(o.data, err, sizeof err);
@@ -220,11 +216,7 @@ int cmd_serve(int argc0, char **argv0)
     srv = http_server_start(&ho, err, sizeof err);
     if (!srv) { fprintf(stderr, "gpupool serve: %s\n", err); goto done; }
     int port = http_server_port(srv);
-    if (o.port_file) {
-        char p[32];
-        snprintf(p, sizeof p, "%d\n", port);
-        write_file_atomic(o.port_file, p);
-    }
+    if (o.port_file && write_port_file(o.port_file, port)) log_warn("cannot write the port file %s", o.port_file);
     log_info("coordinator listening on %s (port %d), data in %s, %s", o.listen, port, o.data,
              o.cc.nkeys ? "client API keys required" : "no client API keys (loopback only)");
 

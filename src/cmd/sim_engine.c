@@ -14,6 +14,7 @@
 #include "sim/simcore.h"
 #include "sim/simserver.h"
 #include "util/log.h"
+#include "util/opts.h"
 
 static void usage(FILE *f)
 {
@@ -40,22 +41,6 @@ static void usage(FILE *f)
 }
 
 /* Writes "PORT\n" so that a reader never sees a half-written file. */
-static int write_port_file(const char *path, int port)
-{
-    size_t n = strlen(path) + 32;
-    char *tmp = malloc(n);
-    if (!tmp) return -1;
-    snprintf(tmp, n, "%s.tmp.%d", path, (int)getpid());
-    FILE *f = fopen(tmp, "w");
-    int rc = -1;
-    if (f) {
-        int ok = fprintf(f, "%d\n", port) > 0;
-        if (fclose(f) == 0 && ok && rename(tmp, path) == 0) rc = 0;
-        else unlink(tmp);
-    }
-    free(tmp);
-    return rc;
-}
 
 static void announce(const sim_config *c, const char *listen, int port)
 {
@@ -143,11 +128,7 @@ int cmd_sim_engine(int argc, char **argv)
     /* Blocked before any server thread exists, so that every thread inherits
      * the mask and the signals reach only sigwait below. */
     sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    block_stop_signals(&sigs);
 
     sim_server *srv = sim_server_start(&cfg, listen, err, sizeof err);
     if (!srv) {

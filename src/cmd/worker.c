@@ -181,11 +181,7 @@ int cmd_worker(int argc0, char **argv0)
     w.heartbeat_ms = o.heartbeat_ms;
 
     sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    block_stop_signals(&sigs);
     http_client_global_init();
 
     w.probe = gpu_probe_open(o.nfakes ? o.fakes : NULL, err, sizeof err);
@@ -200,11 +196,7 @@ int cmd_worker(int argc0, char **argv0)
     if (fill_identity(&w, &o, port)) goto done;
     if (worker_agent_start(&w)) { fprintf(stderr, "gpupool worker: cannot start the agent\n"); goto done; }
     agent = 1;
-    if (o.port_file) {
-        char p[32];
-        snprintf(p, sizeof p, "%d\n", port);
-        write_file_atomic(o.port_file, p);
-    }
+    if (o.port_file && write_port_file(o.port_file, port)) log_warn("cannot write the port file %s", o.port_file);
     log_info("worker %s listening at %s, coordinator %s", w.name, w.address, w.coordinator);
     int sig;
     sigwait(&sigs, &sig);

@@ -6,6 +6,7 @@
  * does.  Which layers use a sliding window or keep a recurrent state is an
  * architecture rule in llama.cpp; the few architectures that have one are
  * listed here. */
+#include "util/err.h"
 #include "plan/arch.h"
 
 #include <inttypes.h>
@@ -17,16 +18,6 @@
 #include "plan/ggml_types.h"
 #include "plan/presets.h"
 
-__attribute__((format(printf, 3, 4))) static int err_out(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 bool plan_model_has_kv(const plan_model *m)
 {

@@ -1,5 +1,6 @@
 /* plan: loading a model for the planner, settings from JSON, and the JSON
  * answer shared by `gpupool plan --json` and POST /v1/plan. */
+#include "util/err.h"
 #include "plan/plan.h"
 
 #include <ctype.h>
@@ -13,16 +14,6 @@
 #include "plan/ggml_types.h"
 #include "plan/gguf.h"
 
-__attribute__((format(printf, 3, 4))) static int err_out(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 plan_model *plan_model_open(const char *path, char *err, size_t errlen)
 {

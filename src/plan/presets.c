@@ -8,6 +8,7 @@
  * its 8.03 B weights: they already include the tensors a mix keeps wider
  * (output head at Q6_K, norms at F32), which is why Q4_K_M is 4.90 and not
  * 4.5. */
+#include "util/err.h"
 #include "plan/presets.h"
 
 #include <stdarg.h>
@@ -94,16 +95,6 @@ static const plan_quant quants[] = {
 };
 #define N_QUANTS (sizeof quants / sizeof quants[0])
 
-__attribute__((format(printf, 3, 4))) static int err_out(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 const plan_quant *plan_quant_find(const char *name)
 {

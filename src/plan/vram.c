@@ -5,6 +5,7 @@
  * compute buffer is an estimate of ggml-alloc's peak: llama.cpp measures it
  * by building the worst-case graph, which a planner cannot do without the
  * engine; the terms below are the tensors that dominate that peak. */
+#include "util/err.h"
 #include "plan/vram.h"
 
 #include <inttypes.h>
@@ -19,16 +20,6 @@
  * delivers roughly a tenth of a GPU's bandwidth (60 vs 600 GB/s class). */
 #define GPU_TO_HOST_BANDWIDTH 10.0
 
-__attribute__((format(printf, 3, 4))) static int err_out(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 void plan_settings_init(plan_settings *s)
 {

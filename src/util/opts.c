@@ -2,6 +2,8 @@
 #include "util/opts.h"
 
 #include <ctype.h>
+#include <pthread.h>
+#include <signal.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -146,4 +148,20 @@ char *read_small_file(const char *path, size_t max)
     p[n] = 0;
     while (n && isspace((unsigned char)p[n - 1])) p[--n] = 0;
     return p;
+}
+
+int write_port_file(const char *path, int port)
+{
+    char text[32];
+    snprintf(text, sizeof text, "%d\n", port);
+    return write_file_atomic(path, text);
+}
+
+void block_stop_signals(sigset_t *set)
+{
+    sigemptyset(set);
+    sigaddset(set, SIGINT);
+    sigaddset(set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, set, NULL);
+    signal(SIGPIPE, SIG_IGN);
 }

@@ -22,7 +22,15 @@ int opts_parse_int(const char *s, long min, long max, long *out);
 
 /* Writes content to path via a temporary file and rename, mode 0600. */
 int write_file_atomic(const char *path, const char *content);
+/* Writes "PORT\n" atomically, for scripts and tests that started us on port 0. */
+int write_port_file(const char *path, int port);
 /* Reads a small text file, trims trailing whitespace; NULL if unreadable. */
 char *read_small_file(const char *path, size_t max);
+
+/* Blocks SIGINT and SIGTERM in the calling thread (call before starting any
+ * thread, so all inherit it; the main thread then takes them with sigwait)
+ * and ignores SIGPIPE, which a closed peer would otherwise raise. */
+#include <signal.h>
+void block_stop_signals(sigset_t *set);
 
 #endif
