@@ -280,6 +280,7 @@ void relay_to_client(relay *r, http_req *client, int status)
     const char *ct = r->ctype[0] ? r->ctype : "application/octet-stream";
     pass_gpupool_headers(client, r->passthrough.data);
     http_waker *w = http_respond_stream(client, status, ct, client_read, client_done, r);
+    if (!w) return; /* client_done has run and given up our reference */
     pthread_mutex_lock(&r->mu);
     if (r->ended) {
         /* Everything is already here; the reader will not need waking. */
