@@ -3,6 +3,7 @@
 
 #include <curl/curl.h>
 #include <sys/epoll.h>
+#include <unistd.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -132,6 +133,8 @@ static int on_progress(void *ud, curl_off_t a, curl_off_t b, curl_off_t c, curl_
     return 0;
 }
 
+static int on_close_socket(void *clientp, curl_socket_t fd);
+
 /* Configures st->h for the call.  The caller keeps o's strings alive. */
 static void setup(call_state *st, const http_call_opts *o)
 {
@@ -173,6 +176,7 @@ static void setup(call_state *st, const http_call_opts *o)
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, st);
     curl_easy_setopt(h, CURLOPT_PRIVATE, st);
+    if (st->async) curl_easy_setopt(h, CURLOPT_CLOSESOCKETFUNCTION, on_close_socket);
     if ((st->cb && st->cb->cancelled) || o->cancelled || st->async) {
         curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
         curl_easy_setopt(h, CURLOPT_XFERINFODATA, st);
@@ -315,8 +319,19 @@ static int on_curl_socket(CURL *e, curl_socket_t fd, int what, void *userp, void
     uint32_t ev = 0;
     if (what == CURL_POLL_IN || what == CURL_POLL_INOUT) ev |= EPOLLIN;
     if (what == CURL_POLL_OUT || what == CURL_POLL_INOUT) ev |= EPOLLOUT;
-    io_watch(fd, what == CURL_POLL_REMOVE ? 0 : ev, on_socket_ready, NULL);
+    /* A connection curl keeps for the next call stays registered, so the
+     * next call on it needs no epoll_ctl at all. */
+    if (what == CURL_POLL_REMOVE) io_idle(fd);
+    else io_watch(fd, ev, on_socket_ready, NULL);
     return 0;
+}
+
+/* curl closes a socket: forget it first, since the number may come back. */
+static int on_close_socket(void *clientp, curl_socket_t fd)
+{
+    (void)clientp;
+    io_forget(fd);
+    return close(fd);
 }
 
 static void on_timer(void *ctx)

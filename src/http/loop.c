@@ -16,6 +16,8 @@
 
 typedef struct watch {
     int fd;
+    uint32_t events; /* registered with epoll */
+    int idle;        /* registered, but nobody wants its events now */
     io_fd_fn fn;
     void *ctx;
     struct watch *next;
@@ -56,21 +58,29 @@ static watch *find_watch(int fd)
     return NULL;
 }
 
+static void drop_watch(watch *w)
+{
+    for (watch **pp = &L.watches; *pp; pp = &(*pp)->next)
+        if (*pp == w) { *pp = w->next; break; }
+    free(w);
+}
+
 int io_watch(int fd, uint32_t events, io_fd_fn fn, void *ctx)
 {
     watch *w = find_watch(fd);
     if (!events) {
         if (!w) return 0;
         epoll_ctl(L.epfd, EPOLL_CTL_DEL, fd, NULL);
-        for (watch **pp = &L.watches; *pp; pp = &(*pp)->next)
-            if (*pp == w) { *pp = w->next; break; }
-        free(w);
+        drop_watch(w);
         return 0;
     }
     struct epoll_event ev = {.events = events};
     if (w) {
         w->fn = fn;
         w->ctx = ctx;
+        w->idle = 0;
+        if (w->events == events) return 0;
+        w->events = events;
         ev.data.ptr = w;
         return epoll_ctl(L.epfd, EPOLL_CTL_MOD, fd, &ev);
     }
@@ -79,11 +89,24 @@ int io_watch(int fd, uint32_t events, io_fd_fn fn, void *ctx)
     w->fd = fd;
     w->fn = fn;
     w->ctx = ctx;
+    w->events = events;
     ev.data.ptr = w;
     if (epoll_ctl(L.epfd, EPOLL_CTL_ADD, fd, &ev)) { free(w); return -1; }
     w->next = L.watches;
     L.watches = w;
     return 0;
+}
+
+void io_idle(int fd)
+{
+    watch *w = find_watch(fd);
+    if (w) w->idle = 1;
+}
+
+void io_forget(int fd)
+{
+    watch *w = find_watch(fd);
+    if (w) drop_watch(w);
 }
 
 io_timer *io_timer_new(void (*fn)(void *), void *ctx)
@@ -233,6 +256,11 @@ static void *loop_thread(void *arg)
         pthread_mutex_unlock(&L.mu);
         for (int i = 0; i < n; i++) {
             watch *w = evs[i].data.ptr;
+            if (w->idle) { /* e.g. the peer closed a kept connection: stop watching it */
+                epoll_ctl(L.epfd, EPOLL_CTL_DEL, w->fd, NULL);
+                drop_watch(w);
+                continue;
+            }
             w->fn(w->ctx, w->fd, evs[i].events);
         }
     }

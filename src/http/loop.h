@@ -24,6 +24,12 @@ void io_run_sync(void (*fn)(void *), void *arg);
 
 /* Watches fd for EPOLLIN/EPOLLOUT (0 = stop watching).  Loop thread only. */
 int io_watch(int fd, uint32_t events, io_fd_fn fn, void *ctx);
+/* Stops delivering fd's events without a system call: the registration
+ * stays, so watching it again with the same events costs nothing.  (A kept
+ * connection between requests.)  An event that still arrives drops it. */
+void io_idle(int fd);
+/* fd is about to be closed: forget it (closing removes it from epoll). */
+void io_forget(int fd);
 
 /* One-shot timers; ms < 0 disarms.  Loop thread only. */
 io_timer *io_timer_new(void (*fn)(void *), void *ctx);
