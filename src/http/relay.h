@@ -1,11 +1,14 @@
-/* http/relay: forwards one upstream HTTP call to one waiting client, byte by
- * byte as it arrives, never buffering a whole response.
+/* http/relay: forwards one upstream HTTP call to one waiting client.
  *
- * The upstream call runs on its own thread and writes into a small bounded
- * buffer; the client connection's thread reads from it.  If the client goes
- * away the upstream call is cancelled; if the upstream breaks after an SSE
- * stream has started, the client gets a final OpenAI-shaped error event
- * instead of a silent cut. */
+ * Streamed: the upstream call runs on its own thread and writes into a small
+ * bounded buffer, waking the client's connection, which the I/O loop feeds
+ * from that buffer without ever waiting; nothing is buffered whole.  If the
+ * client goes away the upstream call is cancelled; if the upstream breaks
+ * after an SSE stream has started, the client gets a final OpenAI-shaped
+ * error event instead of a silent cut.
+ *
+ * Non-streamed: one call, blocking (relay_call_buffered) or on the I/O loop
+ * (relay_call_async), also cancelled when the client leaves. */
 #ifndef GPUPOOL_HTTP_RELAY_H
 #define GPUPOOL_HTTP_RELAY_H
 
@@ -59,7 +62,7 @@ int relay_call_async(const http_call_opts *o, http_req *client, http_async_done 
 void relay_respond_result(http_req *client, const http_result *res);
 
 /* At shutdown: cancels every relay's upstream call and ends every stream, so
- * no connection thread stays blocked on a slow engine. */
+ * no handler or stream stays stuck on a slow engine. */
 void relay_abort_all(void);
 
 #endif
