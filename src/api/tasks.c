@@ -23,6 +23,13 @@ static json_t *task_view(coord *c, const char *id, int *found)
     json_t *j = store_task_json(&t);
     json_t *attempts = store_task_attempts(c->st, id);
     json_object_set_new(j, "attempt_history", attempts ? attempts : json_array());
+    int64_t ahead;
+    if (!strcmp(t.status, "queued") && store_task_queue_position(c->st, id, &ahead) == STORE_OK) {
+        /* The ETA assumes the pool keeps draining at its rate of the last minute. */
+        double rate = registry_drain_rate(c->reg, mono_ms());
+        json_object_set_new(j, "queue_position", json_integer(ahead));
+        json_object_set_new(j, "eta_ms", rate > 0 ? json_integer((json_int_t)((ahead + 1) / rate * 1000)) : json_null());
+    }
     task_rec_free(&t);
     return j;
 }

@@ -67,7 +67,7 @@ static const char SCHEMA[] =
 enum {
     ST_BEGIN, ST_COMMIT, ST_ROLLBACK, ST_INSERT, ST_IDEM, ST_GET, ST_STATE, ST_LIST,
     ST_LIST_STATUS, ST_NEXT, ST_CLAIM, ST_ATT_NEW, ST_FINISH, ST_ATT_END, ST_ATT_CLOSE,
-    ST_REQUEUE, ST_CANCEL, ST_RQ_ATT, ST_RQ_ALL, ST_COUNTS, ST_ATTEMPTS, ST_N
+    ST_REQUEUE, ST_CANCEL, ST_RQ_ATT, ST_RQ_ALL, ST_COUNTS, ST_ATTEMPTS, ST_AHEAD, ST_N
 };
 
 static const char *const SQL[ST_N] = {
@@ -103,6 +103,11 @@ static const char *const SQL[ST_N] = {
     [ST_RQ_ALL] = "UPDATE tasks SET status='queued', node=NULL, error_code='coordinator_restart',"
                   " error_message=?1 WHERE status='running'",
     [ST_COUNTS] = "SELECT status, count(*) FROM tasks GROUP BY status",
+    /* Queued tasks dispatched before this one: higher priority, or the same
+     * priority and older (rowid breaks ties, as in the dispatch order). */
+    [ST_AHEAD] = "SELECT count(*) FROM tasks t, tasks me WHERE me.id=?1 AND me.status='queued' "
+                 "AND t.status='queued' AND (t.priority > me.priority OR (t.priority = me.priority AND "
+                 "(t.created_ms < me.created_ms OR (t.created_ms = me.created_ms AND t.rowid < me.rowid))))",
     [ST_ATTEMPTS] = "SELECT attempt,node,started_ms,ended_ms,outcome,message FROM attempts "
                     "WHERE task_id=?1 ORDER BY attempt",
 };
@@ -680,6 +685,20 @@ int store_task_counts(store *s, int64_t counts[5]) {
         if (i >= 0) counts[i] = sqlite3_column_int64(st, 1);
     }
     if (r != SQLITE_DONE) rc = db_err(s, "count tasks");
+    sqlite3_reset(st);
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+int store_task_queue_position(store *s, const char *id, int64_t *ahead)
+{
+    if (!s || !id || !ahead) return STORE_ERR;
+    pthread_mutex_lock(&s->mu);
+    sqlite3_stmt *st = ps(s, ST_AHEAD);
+    bt(st, 1, id);
+    int rc = STORE_OK;
+    if (sqlite3_step(st) == SQLITE_ROW) *ahead = sqlite3_column_int64(st, 0);
+    else rc = db_err(s, "queue position");
     sqlite3_reset(st);
     pthread_mutex_unlock(&s->mu);
     return rc;

@@ -74,6 +74,8 @@ int store_task_cancel(store *s, const char *id, int64_t now_ms);
 int store_requeue_running(store *s);
 /* Counts per status: queued, running, succeeded, failed, canceled. */
 int store_task_counts(store *s, int64_t counts[5]);
+/* How many queued tasks go before this queued one (0 = next). */
+int store_task_queue_position(store *s, const char *id, int64_t *ahead);
 /* Each attempt: node, outcome code, message, times (for the task's history). */
 json_t *store_task_attempts(store *s, const char *id);
 

@@ -110,6 +110,15 @@ static void idempotency(void **state)
     free(d);
 }
 
+static int two_running(void *ctx)
+{
+    h_resp r;
+    h_request(ctx, "GET", "/v1/tasks?status=running", NULL, NULL, &r);
+    int n = (int)json_array_size(json_object_get(r.json, "data"));
+    h_resp_free(&r);
+    return n == 2;
+}
+
 static void cancel(void **state)
 {
     h_pool *p = *state;
@@ -118,8 +127,20 @@ static void cancel(void **state)
     char *long1 = h_submit_task(p, TASK("sim-llama-8b", 100000), NULL, &st);
     char *long2 = h_submit_task(p, TASK("sim-llama-8b", 100000), NULL, &st);
     char *queued = h_submit_task(p, TASK("sim-llama-8b", 2), NULL, &st);
+    char *behind = h_submit_task(p, TASK("sim-llama-8b", 2), NULL, &st);
     char path[256];
     h_resp r;
+    /* While both slots are busy the later task waits behind the earlier one. */
+    assert_true(h_wait_until(two_running, p, 10000));
+    snprintf(path, sizeof path, "/v1/tasks/%s", behind);
+    h_request(p, "GET", path, NULL, NULL, &r);
+    assert_string_equal(json_string_value(json_object_get(r.json, "status")), "queued");
+    assert_int_equal(json_integer_value(json_object_get(r.json, "queue_position")), 1);
+    assert_non_null(json_object_get(r.json, "eta_ms"));
+    h_resp_free(&r);
+    h_request(p, "DELETE", path, NULL, NULL, &r);
+    h_resp_free(&r);
+    free(behind);
     snprintf(path, sizeof path, "/v1/tasks/%s", queued);
     h_request(p, "DELETE", path, NULL, NULL, &r);
     assert_int_equal(r.status, 200);

@@ -520,6 +520,13 @@ static void test_next_queued_order(void **state) {
     assert_int_equal(store_task_next_queued(f->s, ids, 2), 2);
     assert_string_equal(ids[1], "task_high_new");
     assert_int_equal(store_task_next_queued(f->s, ids, 0), 0);
+    /* The queue position agrees with the dispatch order. */
+    const char *order[] = {"task_high_old", "task_high_new", "task_mid_tie_a", "task_mid_tie_b", "task_low_old"};
+    for (int i = 0; i < 5; i++) {
+        int64_t ahead = -1;
+        assert_int_equal(store_task_queue_position(f->s, order[i], &ahead), STORE_OK);
+        assert_int_equal(ahead, i);
+    }
 }
 
 static void test_counts(void **state) {
