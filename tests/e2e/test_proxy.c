@@ -220,6 +220,24 @@ static void client_disconnect_cancels_upstream(void **state)
     assert_true(h_wait_until(all_idle, p, 8000));
 }
 
+/* The same for a non-streamed call, which waits on the I/O loop: the
+ * node's and the engine's calls are cancelled when the client leaves. */
+static void client_disconnect_cancels_buffered_call(void **state)
+{
+    h_pool *p = *state;
+    const char *body = "{\"model\":\"sim-llama-8b\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                       "\"max_tokens\":100000}";
+    char raw[1024];
+    snprintf(raw, sizeof raw,
+             "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+             "Content-Length: %zu\r\n\r\n%s", strlen(body), body);
+    int fd = h_raw_connect_send(p->coord->port, raw, strlen(raw));
+    assert_true(fd >= 0);
+    assert_false(h_wait_until(all_idle, p, 400)); /* it is running */
+    close(fd);
+    assert_true(h_wait_until(all_idle, p, 8000));
+}
+
 int main(void)
 {
     h_apply_filter();
@@ -231,6 +249,7 @@ int main(void)
         cmocka_unit_test(nodes_show_gpus_and_engines),
         cmocka_unit_test(twenty_concurrent_clients),
         cmocka_unit_test(client_disconnect_cancels_upstream),
+        cmocka_unit_test(client_disconnect_cancels_buffered_call),
     };
     return cmocka_run_group_tests_name("e2e_proxy", tests, setup, teardown);
 }
