@@ -184,6 +184,11 @@ void api_openai_proxy(coord *c, http_req *req, int kind)
                       "all nodes serving '%s' are busy and the queue is full; retry later", model);
             return;
         }
+        if (w == REG_NO_FIT) {
+            api_server_error(req, 503, "insufficient_vram",
+                             "the model '%s' fits the free VRAM of no node now (see /v1/nodes for each node's need)", model);
+            return;
+        }
         if (w == REG_TIMEOUT || w == REG_EXHAUSTED) break;
 
         char url[512];

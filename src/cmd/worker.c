@@ -19,6 +19,7 @@
 #include "worker/agent.h"
 #include "worker/fingerprint.h"
 #include "worker/frontdoor.h"
+#include "worker/managed.h"
 
 #define MAX_SPECS 16
 
@@ -28,6 +29,10 @@ typedef struct worker_opts {
     int nengines;
     const char *fakes[MAX_SPECS + 1];
     int nfakes;
+    const char *loads[MAX_SPECS];
+    int nloads;
+    const char *engine_cmd;
+    long load_timeout_ms;
     long heartbeat_ms, slots;
 } worker_opts;
 
@@ -44,6 +49,12 @@ static void usage(FILE *f)
             "  --engine SPEC           openai=URL | ollama=URL | sim (repeatable; default: look for\n"
             "                          llama-server, vLLM or Ollama here, else the simulator)\n"
             "  --slots N               parallel slots of an engine that does not report them (default 4)\n"
+            "  --load NAME=FILE.gguf[,ctx=N][,parallel=N][,keep-alive=S]\n"
+            "                          a model whose engine starts on first use and stops when idle\n"
+            "                          (repeatable; sized by the planner, offered where it fits)\n"
+            "  --engine-cmd \"CMD\"      how to start such an engine; {model} {name} {port} {ctx}\n"
+            "                          {ctx_total} {parallel} {self} are filled in (default: llama-server)\n"
+            "  --load-timeout-ms N     longest wait for a started engine to answer (default 120000)\n"
             "  --sim-args \"ARGS\"       options for the simulator (see gpupool sim-engine --help)\n"
             "  --fake-gpu NAME:TOTAL_GB:FREE_GB  pretend to have this GPU (repeatable)\n"
             "  --heartbeat-ms N        heartbeat interval until the coordinator says otherwise (default 2000)\n"
@@ -57,7 +68,8 @@ static int parse(int argc, char **argv, worker_opts *o)
         {"coordinator", 1, 0, 'c'}, {"join-token", 1, 0, 'j'}, {"join-token-file", 1, 0, 'J'},
         {"listen", 1, 0, 'l'}, {"advertise", 1, 0, 'a'}, {"name", 1, 0, 'n'}, {"engine", 1, 0, 'e'},
         {"slots", 1, 0, 's'}, {"sim-args", 1, 0, 'S'}, {"fake-gpu", 1, 0, 'g'}, {"heartbeat-ms", 1, 0, 'h'},
-        {"port-file", 1, 0, 'p'}, {"help", 0, 0, 'H'}, {0, 0, 0, 0}};
+        {"port-file", 1, 0, 'p'}, {"load", 1, 0, 'L'}, {"engine-cmd", 1, 0, 'C'}, {"load-timeout-ms", 1, 0, 'T'},
+        {"help", 0, 0, 'H'}, {0, 0, 0, 0}};
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
@@ -84,6 +96,14 @@ static int parse(int argc, char **argv, worker_opts *o)
             if (opts_parse_int(optarg, 50, 600000, &o->heartbeat_ms)) { fprintf(stderr, "gpupool worker: --heartbeat-ms wants 50..600000\n"); return -1; }
             break;
         case 'p': o->port_file = optarg; break;
+        case 'L':
+            if (o->nloads >= MAX_SPECS) { fprintf(stderr, "gpupool worker: too many --load models\n"); return -1; }
+            o->loads[o->nloads++] = optarg;
+            break;
+        case 'C': o->engine_cmd = optarg; break;
+        case 'T':
+            if (opts_parse_int(optarg, 100, 3600000, &o->load_timeout_ms)) { fprintf(stderr, "gpupool worker: --load-timeout-ms wants 100..3600000\n"); return -1; }
+            break;
         case 'H': usage(stdout); exit(0);
         default: usage(stderr); return -1;
         }
@@ -95,7 +115,16 @@ static int parse(int argc, char **argv, worker_opts *o)
 static int setup_engines(worker *w, worker_opts *o)
 {
     char err[256];
-    if (o->nengines == 0) {
+    for (int i = 0; i < o->nloads && w->nengines < WORKER_MAX_ENGINES; i++) {
+        engine e;
+        if (managed_parse(o->loads[i], &e, err, sizeof err)) { fprintf(stderr, "gpupool worker: %s\n", err); return -1; }
+        log_info("%s can be loaded here: needs %llu MiB at %d context x %d slot(s)", e.managed->name,
+                 (unsigned long long)(e.managed->need_bytes >> 20), e.managed->ctx, e.managed->parallel);
+        w->engines[w->nengines++] = e;
+    }
+    snprintf(w->engine_cmd, sizeof w->engine_cmd, "%s", o->engine_cmd ? o->engine_cmd : MANAGED_DEFAULT_CMD);
+    w->load_timeout_ms = o->load_timeout_ms ? o->load_timeout_ms : 120000;
+    if (o->nengines == 0 && o->nloads == 0) {
         engine found;
         if (engine_autodetect(&found) == 0) {
             log_info("found a running %s engine at %s", engine_kind_name(found.kind), found.url);
@@ -175,6 +204,7 @@ int cmd_worker(int argc0, char **argv0)
     memset(&w, 0, sizeof w);
     pthread_mutex_init(&w.mu, NULL);
     cond_init_monotonic(&w.cv); /* the agent waits with monotonic deadlines */
+    pthread_cond_init(&w.load_cv, NULL);
     int rc = 2, agent = 0;
     http_server *srv = NULL;
     if (parse(argc, argv, &o)) goto done;
@@ -206,7 +236,10 @@ done:
     if (agent) worker_agent_stop(&w);
     relay_abort_all();
     http_server_stop(srv);
-    for (int i = 0; i < w.nengines; i++) engine_stop(&w.engines[i]);
+    for (int i = 0; i < w.nengines; i++) {
+        engine_stop(&w.engines[i]);
+        free(w.engines[i].managed);
+    }
     gpu_probe_close(w.probe);
     opts_free_argv(argv);
     if (rc == 0) http_client_global_cleanup();

@@ -28,7 +28,11 @@ typedef struct node {
     uint64_t free_vram, total_vram;
     char **models;
     int nmodels;
-    json_t *gpus, *engines;
+    /* models it can start, with the planner's need in bytes */
+    char **loadable;
+    uint64_t *need;
+    int nloadable;
+    json_t *gpus, *engines, *loadable_json;
 } node;
 
 struct registry {
@@ -74,6 +78,21 @@ static void node_free_models(node *nd)
     free(nd->models);
     nd->models = NULL;
     nd->nmodels = 0;
+    for (int i = 0; i < nd->nloadable; i++) free(nd->loadable[i]);
+    free(nd->loadable);
+    free(nd->need);
+    nd->loadable = NULL;
+    nd->need = NULL;
+    nd->nloadable = 0;
+}
+
+/* The need for a model the node can start; 0 with *found = 0 if it cannot. */
+static uint64_t loadable_need(const node *nd, const char *model, int *found)
+{
+    for (int i = 0; i < nd->nloadable; i++)
+        if (!strcmp(nd->loadable[i], model)) { *found = 1; return nd->need[i]; }
+    *found = 0;
+    return 0;
 }
 
 void registry_free(registry *r)
@@ -83,6 +102,7 @@ void registry_free(registry *r)
         node_free_models(r->nodes[i]);
         json_decref(r->nodes[i]->gpus);
         json_decref(r->nodes[i]->engines);
+        json_decref(r->nodes[i]->loadable_json);
         free(r->nodes[i]);
     }
     free(r->nodes);
@@ -167,6 +187,20 @@ static void absorb_report(node *nd, json_t *req)
             nd->models = grown;
             nd->models[nd->nmodels++] = strdup(name);
         }
+    }
+    json_t *ld = json_object_get(req, "loadable");
+    json_decref(nd->loadable_json);
+    nd->loadable_json = json_is_array(ld) ? json_deep_copy(ld) : json_array();
+    size_t nl = json_array_size(nd->loadable_json);
+    nd->loadable = calloc(nl ? nl : 1, sizeof *nd->loadable);
+    nd->need = calloc(nl ? nl : 1, sizeof *nd->need);
+    json_t *l;
+    json_array_foreach(nd->loadable_json, i, l) {
+        const char *name = json_string_value(json_object_get(l, "model"));
+        json_int_t need = json_integer_value(json_object_get(l, "need_bytes"));
+        if (!name || need <= 0 || !nd->loadable || !nd->need) continue;
+        nd->loadable[nd->nloadable] = strdup(name);
+        nd->need[nd->nloadable++] = (uint64_t)need;
     }
     nd->reported_inflight = (int)json_integer_value(json_object_get(req, "inflight"));
 }
@@ -365,8 +399,11 @@ static place_block try_acquire(registry *r, const char *model, const char *const
     if (!c) return PLACE_BUSY;
     for (int i = 0; i < r->n; i++) {
         node *nd = r->nodes[i];
+        int loadable;
+        uint64_t need = loadable_need(nd, model, &loadable);
         c[i] = (place_candidate){.id = nd->id, .ready = nd->state == NODE_READY,
-                                 .has_model = has_model(nd, model), .excluded = excluded(nd->id, ex, nex),
+                                 .has_model = has_model(nd, model), .loadable = loadable, .need_bytes = need,
+                                 .excluded = excluded(nd->id, ex, nex),
                                  .inflight = nd->inflight, .slots = nd->slots, .free_vram = nd->free_vram};
     }
     int pick = placement_pick(c, (size_t)r->n);
@@ -415,6 +452,7 @@ reg_wait registry_acquire_wait(registry *r, const char *model, const char *const
     if (b == PLACE_OK) { pthread_mutex_unlock(&r->mu); return REG_OK; }
     if (b == PLACE_NO_MODEL) { pthread_mutex_unlock(&r->mu); return REG_NO_MODEL; }
     if (b == PLACE_UNAVAILABLE && nexclude > 0) { pthread_mutex_unlock(&r->mu); return REG_EXHAUSTED; }
+    if (b == PLACE_NO_FIT) { pthread_mutex_unlock(&r->mu); return REG_NO_FIT; }
     if (r->waiters >= max_waiters) { pthread_mutex_unlock(&r->mu); return REG_QUEUE_FULL; }
     waiter **tail = &r->queue;
     while (*tail) tail = &(*tail)->next;
@@ -463,7 +501,10 @@ int registry_model_known(registry *r, const char *model)
 {
     pthread_mutex_lock(&r->mu);
     int known = 0;
-    for (int i = 0; i < r->n && !known; i++) known = has_model(r->nodes[i], model);
+    for (int i = 0; i < r->n && !known; i++) {
+        loadable_need(r->nodes[i], model, &known);
+        known |= has_model(r->nodes[i], model);
+    }
     pthread_mutex_unlock(&r->mu);
     return known;
 }
@@ -505,6 +546,7 @@ json_t *registry_nodes_json(registry *r, int64_t now)
         if (o) {
             json_object_set_new(o, "state_reason",
                                 nd->state_reason[0] ? json_string(nd->state_reason) : json_null());
+            json_object_set_new(o, "loadable", nd->loadable_json ? json_incref(nd->loadable_json) : json_array());
             json_array_append_new(arr, o);
         }
     }
@@ -521,15 +563,19 @@ json_t *registry_models_json(registry *r, int64_t now)
     for (int i = 0; i < r->n; i++) {
         node *nd = r->nodes[i];
         if (nd->state == NODE_OFFLINE) continue;
-        for (int j = 0; j < nd->nmodels; j++) {
-            json_t *entry = json_object_get(seen, nd->models[j]);
+        /* Loaded models list their nodes under "nodes"; models a node can
+         * start list it under "loadable_on". */
+        for (int k = 0; k < nd->nmodels + nd->nloadable; k++) {
+            const char *name = k < nd->nmodels ? nd->models[k] : nd->loadable[k - nd->nmodels];
+            json_t *entry = json_object_get(seen, name);
             if (!entry) {
-                entry = json_pack("{s:s, s:s, s:s, s:[]}", "id", nd->models[j], "object", "model",
-                                  "owned_by", "gpupool", "nodes");
-                json_object_set_new(seen, nd->models[j], entry);
+                entry = json_pack("{s:s, s:s, s:s, s:[], s:[]}", "id", name, "object", "model", "owned_by",
+                                  "gpupool", "nodes", "loadable_on");
+                json_object_set_new(seen, name, entry);
                 json_array_append(data, entry);
             }
-            json_array_append_new(json_object_get(entry, "nodes"), json_string(nd->id));
+            json_array_append_new(json_object_get(entry, k < nd->nmodels ? "nodes" : "loadable_on"),
+                                  json_string(nd->id));
         }
     }
     pthread_mutex_unlock(&r->mu);

@@ -59,6 +59,7 @@ typedef enum reg_wait {
     REG_QUEUE_FULL,  /* too many requests already waiting */
     REG_TIMEOUT,     /* waited until the deadline */
     REG_EXHAUSTED,   /* every node that could serve it was excluded */
+    REG_NO_FIT,      /* nodes could start it, but it fits no node's free VRAM */
 } reg_wait;
 
 /* Leases a slot now, or says why not.  exclude lists node ids to skip. */

@@ -3,15 +3,18 @@
 
 #include <string.h>
 
+static int fits(const place_candidate *c) { return c->loadable && c->need_bytes <= c->free_vram; }
+
 static int qualifies(const place_candidate *c)
 {
     int slots = c->slots > 0 ? c->slots : 1;
-    return c->ready && c->has_model && !c->excluded && c->inflight < slots;
+    return c->ready && (c->has_model || fits(c)) && !c->excluded && c->inflight < slots;
 }
 
 /* Negative when a is better than b. */
 static int compare(const place_candidate *a, const place_candidate *b)
 {
+    if (a->has_model != b->has_model) return a->has_model ? -1 : 1;
     long sa = a->slots > 0 ? a->slots : 1, sb = b->slots > 0 ? b->slots : 1;
     /* a->inflight/sa < b->inflight/sb, without division */
     long l = (long)a->inflight * sb, r = (long)b->inflight * sa;
@@ -32,13 +35,15 @@ int placement_pick(const place_candidate *c, size_t n)
 
 place_block placement_why(const place_candidate *c, size_t n)
 {
-    int serves = 0, usable = 0;
+    int serves = 0, usable = 0, could_start = 0;
     for (size_t i = 0; i < n; i++) {
-        if (!c[i].has_model) continue;
+        if (!c[i].has_model && !c[i].loadable) continue;
         serves = 1;
-        if (c[i].ready && !c[i].excluded) usable = 1;
+        if (c[i].ready && !c[i].excluded && (c[i].has_model || fits(&c[i]))) usable = 1;
+        if (c[i].loadable && !c[i].has_model) could_start = 1;
         if (qualifies(&c[i])) return PLACE_OK;
     }
     if (!serves) return PLACE_NO_MODEL;
-    return usable ? PLACE_BUSY : PLACE_UNAVAILABLE;
+    if (usable) return PLACE_BUSY;
+    return could_start ? PLACE_NO_FIT : PLACE_UNAVAILABLE;
 }

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "http/client.h"
+#include "worker/managed.h"
 #include "util/clock.h"
 #include "util/ids.h"
 #include "util/log.h"
@@ -19,10 +20,15 @@ void worker_refresh(worker *w)
     engine snap[WORKER_MAX_ENGINES];
     memcpy(snap, w->engines, sizeof(engine) * (size_t)n);
     pthread_mutex_unlock(&w->mu);
-    /* Engine calls happen outside the lock so requests are never held up. */
-    for (int i = 0; i < n; i++) engine_refresh(&snap[i], &fresh[i]);
+    /* Engine calls happen outside the lock so requests are never held up.
+     * A managed engine that is not running has nothing to ask. */
+    for (int i = 0; i < n; i++) {
+        if (snap[i].managed && (!snap[i].child || snap[i].managed->loading)) fresh[i] = snap[i];
+        else engine_refresh(&snap[i], &fresh[i]);
+    }
     pthread_mutex_lock(&w->mu);
     for (int i = 0; i < n; i++) {
+        if (w->engines[i].managed && w->engines[i].child != snap[i].child) continue; /* started or stopped meanwhile */
         int inflight = w->engines[i].inflight;
         if (w->engines[i].healthy != fresh[i].healthy)
             log_info("engine %s at %s is %s%s%s", engine_kind_name(fresh[i].kind), fresh[i].url,
@@ -37,6 +43,66 @@ void worker_refresh(worker *w)
     pthread_mutex_unlock(&w->mu);
 }
 
+/* Stops managed engines idle past their keep-alive.  Caller holds mu. */
+static void unload_idle(worker *w, int64_t now)
+{
+    for (int i = 0; i < w->nengines; i++) {
+        engine *e = &w->engines[i];
+        managed_spec *m = e->managed;
+        if (!m || !e->child || m->loading || e->inflight > 0 || now - m->last_used_ms < m->keep_alive_ms) continue;
+        log_info("stopping the engine for %s: idle for %lld ms", m->name, (long long)(now - m->last_used_ms));
+        engine_stop(e);
+        e->healthy = 0;
+        e->nmodels = 0;
+        e->url[0] = 0;
+        snprintf(e->error, sizeof e->error, "stopped");
+    }
+}
+
+int worker_ensure_loaded(worker *w, const char *model, char *why, size_t whylen)
+{
+    pthread_mutex_lock(&w->mu);
+    int idx = -1;
+    for (int i = 0; i < w->nengines; i++) {
+        if (w->engines[i].healthy && engine_has_model(&w->engines[i], model)) { pthread_mutex_unlock(&w->mu); return 1; }
+        if (w->engines[i].managed && !strcmp(w->engines[i].managed->name, model)) idx = i;
+    }
+    if (idx < 0) { pthread_mutex_unlock(&w->mu); return 0; }
+    engine *e = &w->engines[idx];
+    while (e->managed->loading) pthread_cond_wait(&w->load_cv, &w->mu);
+    if (e->healthy) { pthread_mutex_unlock(&w->mu); return 1; }
+    uint64_t free_bytes = 0;
+    for (int g = 0; g < w->ngpus; g++) free_bytes += w->gpus[g].free_bytes;
+    if (w->ngpus > 0 && e->managed->need_bytes > free_bytes) {
+        snprintf(why, whylen, "%s needs %llu MiB of VRAM, %llu MiB are free", model,
+                 (unsigned long long)(e->managed->need_bytes >> 20), (unsigned long long)(free_bytes >> 20));
+        pthread_mutex_unlock(&w->mu);
+        return -1;
+    }
+    e->managed->loading = 1;
+    engine copy = *e;
+    pthread_mutex_unlock(&w->mu);
+    int rc = managed_start(&copy, w->engine_cmd, w->load_timeout_ms, why, whylen);
+    pthread_mutex_lock(&w->mu);
+    e->managed->loading = 0;
+    if (rc == 0) {
+        e->child = copy.child;
+        snprintf(e->url, sizeof e->url, "%s", copy.url);
+        e->healthy = 1;
+        e->nmodels = 1;
+        snprintf(e->models[0], sizeof e->models[0], "%s", model);
+        e->error[0] = 0;
+        e->managed->last_used_ms = mono_ms();
+        log_info("engine for %s is up at %s", model, e->url);
+    } else {
+        snprintf(e->error, sizeof e->error, "%.190s", why);
+        log_warn("could not start the engine for %s: %s", model, why);
+    }
+    pthread_cond_broadcast(&w->load_cv);
+    pthread_mutex_unlock(&w->mu);
+    return rc == 0 ? 1 : -1;
+}
+
 int worker_token_ok(worker *w, const char *bearer)
 {
     if (!bearer) return 0;
@@ -49,16 +115,22 @@ int worker_token_ok(worker *w, const char *bearer)
 /* Caller holds mu.  What the coordinator needs to place work here. */
 static json_t *report(worker *w)
 {
-    json_t *gpus = json_array(), *engines = json_array();
+    json_t *gpus = json_array(), *engines = json_array(), *loadable = json_array();
     for (int i = 0; i < w->ngpus; i++) json_array_append_new(gpus, gpu_info_json(&w->gpus[i]));
     int healthy = 0;
     for (int i = 0; i < w->nengines; i++) {
-        json_array_append_new(engines, engine_json(&w->engines[i]));
-        healthy += w->engines[i].healthy;
+        const engine *e = &w->engines[i];
+        json_array_append_new(engines, engine_json(e));
+        /* A model whose engine is stopped can still be served: it is offered
+         * with what it needs, and counts towards the node being ready. */
+        healthy += e->healthy || e->managed;
+        if (e->managed && !e->healthy)
+            json_array_append_new(loadable, json_pack("{s:s, s:I}", "model", e->managed->name, "need_bytes",
+                                                      (json_int_t)e->managed->need_bytes));
     }
-    json_t *j = json_pack("{s:s, s:s, s:s, s:o, s:o, s:i, s:b}", "name", w->name, "address", w->address,
-                          "fingerprint", w->fingerprint, "gpus", gpus, "engines", engines, "inflight",
-                          w->inflight, "ready", healthy > 0);
+    json_t *j = json_pack("{s:s, s:s, s:s, s:o, s:o, s:o, s:i, s:b}", "name", w->name, "address", w->address,
+                          "fingerprint", w->fingerprint, "gpus", gpus, "engines", engines, "loadable", loadable,
+                          "inflight", w->inflight, "ready", healthy > 0);
     if (!healthy) json_object_set_new(j, "not_ready_reason", json_string("no engine is answering"));
     return j;
 }
@@ -154,6 +226,7 @@ static void *agent_thread(void *arg)
     for (;;) {
         worker_refresh(w);
         pthread_mutex_lock(&w->mu);
+        unload_idle(w, mono_ms());
         int registered = w->registered, stopping = w->stopping;
         pthread_mutex_unlock(&w->mu);
         if (stopping) break;

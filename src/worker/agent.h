@@ -26,6 +26,9 @@ typedef struct worker {
     char fingerprint[65];
     int64_t heartbeat_ms;
     gpu_probe *probe;
+    char engine_cmd[1024];      /* template for managed engines */
+    int64_t load_timeout_ms;
+    pthread_cond_t load_cv;     /* a managed engine finished starting */
     /* live, guarded by mu */
     engine engines[WORKER_MAX_ENGINES];
     int nengines;
@@ -44,6 +47,11 @@ int worker_agent_start(worker *w);
 void worker_agent_stop(worker *w);
 /* Reads GPUs and engines now (also done before every heartbeat). */
 void worker_refresh(worker *w);
+/* Makes sure an engine serves `model`: starts its managed engine if it has
+ * one and it is stopped (waiting for a start already under way).  Returns
+ * 1 when an engine is up, 0 when no engine of this node can serve it, -1
+ * when starting failed (why says so).  Blocking. */
+int worker_ensure_loaded(worker *w, const char *model, char *why, size_t whylen);
 /* Whether the bearer is this node's current or previous token. */
 int worker_token_ok(worker *w, const char *bearer);
 

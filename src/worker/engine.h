@@ -11,7 +11,7 @@
 
 #define ENGINE_MAX_MODELS 32
 
-typedef enum engine_kind { ENGINE_OPENAI, ENGINE_OLLAMA, ENGINE_SIM } engine_kind;
+typedef enum engine_kind { ENGINE_OPENAI, ENGINE_OLLAMA, ENGINE_SIM, ENGINE_MANAGED } engine_kind;
 
 typedef struct engine {
     engine_kind kind;
@@ -24,6 +24,9 @@ typedef struct engine {
     int slots, slots_busy;  /* slots from /slots when the engine has it */
     int default_slots;
     int inflight;
+    /* ENGINE_MANAGED: started for one model on first use, stopped when idle
+     * (worker/managed.c); healthy only while running. */
+    struct managed_spec *managed;
 } engine;
 
 const char *engine_kind_name(engine_kind k);

@@ -7,8 +7,10 @@
 
 #include "api/errors.h"
 #include "http/relay.h"
+#include "util/clock.h"
 #include "util/log.h"
 #include "worker/agent.h"
+#include "worker/managed.h"
 
 typedef struct job {
     worker *w;
@@ -21,6 +23,7 @@ static void job_finished(job *j, const relay_outcome *o)
     pthread_mutex_lock(&w->mu);
     w->inflight--;
     w->engines[j->engine].inflight--;
+    if (w->engines[j->engine].managed) w->engines[j->engine].managed->last_used_ms = mono_ms();
     pthread_mutex_unlock(&w->mu);
     if (o->upstream_failed) log_warn("engine call ended early: %s", o->error);
 }
@@ -88,9 +91,34 @@ static void forward_stream(worker *w, http_req *req, const http_call_opts *o, in
     relay_to_client(r, req, (int)status);
 }
 
+/* An engine that is up and serves the model, fewest in flight first; takes a
+ * slot on it.  -1 when none.  Caller holds mu. */
+static int pick_engine(worker *w, const char *model, int *up)
+{
+    int pick = -1;
+    *up = 0;
+    for (int i = 0; i < w->nengines; i++) {
+        if (!w->engines[i].healthy && !w->engines[i].managed) continue;
+        (*up)++;
+        if (!w->engines[i].healthy || !engine_has_model(&w->engines[i], model)) continue;
+        if (pick < 0 || w->engines[i].inflight < w->engines[pick].inflight) pick = i;
+    }
+    return pick;
+}
+
+static int has_managed(worker *w, const char *model)
+{
+    for (int i = 0; i < w->nengines; i++)
+        if (w->engines[i].managed && !strcmp(w->engines[i].managed->name, model)) return 1;
+    return 0;
+}
+
+#define NEEDS_LOAD (-2)
+
 /* Reads the model and whether to stream, checks this node can serve it, and
- * takes an engine slot.  Returns the engine's index, or -1 after answering. */
-static int take_engine(worker *w, http_req *req, char *url, size_t urllen, int *stream)
+ * takes an engine slot.  Returns the engine's index; -1 after answering;
+ * NEEDS_LOAD (only when may_load is 0) when a managed engine must start. */
+static int take_engine(worker *w, http_req *req, char *url, size_t urllen, int *stream, int may_load)
 {
     size_t len;
     const char *raw = http_req_body(req, &len);
@@ -102,20 +130,26 @@ static int take_engine(worker *w, http_req *req, char *url, size_t urllen, int *
         api_bad_request(req, "missing_field", "model", "'model' is required");
         return -1;
     }
-    pthread_mutex_lock(&w->mu);
-    int pick = -1, up = 0;
-    for (int i = 0; i < w->nengines; i++) {
-        if (!w->engines[i].healthy) continue;
-        up++;
-        if (!engine_has_model(&w->engines[i], model)) continue;
-        if (pick < 0 || w->engines[i].inflight < w->engines[pick].inflight) pick = i;
+    int pick, up;
+    for (int round = 0;; round++) {
+        pthread_mutex_lock(&w->mu);
+        pick = pick_engine(w, model, &up);
+        int managed = pick < 0 && has_managed(w, model);
+        if (pick >= 0) {
+            snprintf(url, urllen, "%s%s", w->engines[pick].url, http_req_path(req));
+            w->engines[pick].inflight++;
+            w->inflight++;
+        }
+        pthread_mutex_unlock(&w->mu);
+        if (pick >= 0 || !managed || round > 0) break;
+        if (!may_load) { json_decref(body); return NEEDS_LOAD; }
+        char why[300] = "";
+        if (worker_ensure_loaded(w, model, why, sizeof why) < 0) {
+            not_ready(req, "%s", why);
+            json_decref(body);
+            return -1;
+        }
     }
-    if (pick >= 0) {
-        snprintf(url, urllen, "%s%s", w->engines[pick].url, http_req_path(req));
-        w->engines[pick].inflight++;
-        w->inflight++;
-    }
-    pthread_mutex_unlock(&w->mu);
     if (pick < 0) {
         if (!up) not_ready(req, "%s", "no engine on this node is answering");
         else not_ready(req, "model '%s' is not loaded on this node", model);
@@ -128,7 +162,7 @@ static void forward(worker *w, http_req *req)
 {
     char url[512];
     int stream;
-    int pick = take_engine(w, req, url, sizeof url, &stream);
+    int pick = take_engine(w, req, url, sizeof url, &stream, 1);
     if (pick < 0) return;
     size_t len;
     const char *raw = http_req_body(req, &len);
@@ -181,7 +215,8 @@ http_fast_rc frontdoor_fast(http_req *req, void *app)
     fast_job *f = calloc(1, sizeof *f);
     if (!f) return HTTP_PASS;
     int stream;
-    int pick = take_engine(w, req, f->url, sizeof f->url, &stream);
+    int pick = take_engine(w, req, f->url, sizeof f->url, &stream, 0);
+    if (pick == NEEDS_LOAD) { free(f); return HTTP_PASS; } /* starting an engine blocks */
     if (pick < 0) { free(f); return HTTP_HANDLED; }
     f->j = (job){w, pick};
     f->req = req;

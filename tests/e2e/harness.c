@@ -273,11 +273,13 @@ h_proc *h_start_worker(h_pool *p, const char *machine_id, const char *sim_args, 
     int before = h_node_count(p, "ready");
     char args[2048], sim[512] = "";
     if (sim_args) snprintf(sim, sizeof sim, "--sim-args %s", sim_args);
-    int own_engine = extra_args && strstr(extra_args, "--engine");
+    int own_engine = extra_args && (strstr(extra_args, "--engine") || strstr(extra_args, "--load"));
     snprintf(args, sizeof args,
              "worker --coordinator %s --join-token %s --listen 127.0.0.1:0 %s --heartbeat-ms 200 "
-             "--fake-gpu RTX%%203060:12:10 --name %s %s %s",
-             p->base, p->join_token, own_engine ? "" : "--engine sim", machine_id, sim, extra_args ? extra_args : "");
+             "%s --name %s %s %s",
+             p->base, p->join_token, own_engine ? "" : "--engine sim",
+             extra_args && strstr(extra_args, "--fake-gpu") ? "" : "--fake-gpu RTX%203060:12:10", machine_id, sim,
+             extra_args ? extra_args : "");
     char *env = malloc(128);
     snprintf(env, 128, "GPUPOOL_MACHINE_ID=%s", machine_id);
     const char *envs[] = {env, NULL};

@@ -54,7 +54,8 @@ h_proc *h_start_coordinator(h_pool *p, const char *extra_args);
 /* Starts the coordinator again on the same port and data (after a crash). */
 h_proc *h_restart_coordinator(h_pool *p);
 /* `gpupool worker` joining p's coordinator with a sim engine (unless
- * extra_args names its own --engine); machine_id
+ * extra_args names its own --engine or --load) and a fake 12 GB GPU (unless
+ * it names its own --fake-gpu); machine_id
  * separates "machines" on this host.  Waits until the coordinator lists it. */
 h_proc *h_start_worker(h_pool *p, const char *machine_id, const char *sim_args, const char *extra_args);
 /* Starts any gpupool subcommand; args space separated; returns the process. */

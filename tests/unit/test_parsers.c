@@ -16,6 +16,7 @@
 #include "util/ids.h"
 #include "util/opts.h"
 #include "worker/engine.h"
+#include "worker/managed.h"
 
 static int check(api_kind k, const char *text, api_invalid *why)
 {
@@ -110,6 +111,33 @@ static void engine_specs(void **state)
     assert_int_equal(engine_parse_spec("openai=ftp://x", &e, err, sizeof err), -1);
     assert_int_equal(engine_parse_spec("tgi=http://x", &e, err, sizeof err), -1);
     assert_non_null(strstr(err, "unknown engine"));
+}
+
+static void managed_engine_command(void **state)
+{
+    (void)state;
+    managed_spec m = {.name = "llama", .gguf = "/models/l.gguf", .ctx = 4096, .parallel = 2};
+    char line[512], *argv[16];
+    int argc = managed_argv(MANAGED_DEFAULT_CMD, &m, 9123, "/proc/self/exe", line, sizeof line, argv, 16);
+    assert_int_equal(argc, 13);
+    assert_string_equal(argv[0], "llama-server");
+    assert_string_equal(argv[2], "/models/l.gguf");
+    assert_string_equal(argv[6], "9123");
+    assert_string_equal(argv[8], "8192"); /* -c is the total over slots */
+    assert_string_equal(argv[10], "2");
+    argc = managed_argv("{self} sim-engine --model {name} --listen 127.0.0.1:{port}", &m, 7, "/x", line, sizeof line, argv, 16);
+    assert_int_equal(argc, 6);
+    assert_string_equal(argv[0], "/x");
+    assert_string_equal(argv[3], "llama");
+    assert_string_equal(argv[5], "127.0.0.1:7");
+    assert_int_equal(managed_argv("", &m, 7, "/x", line, sizeof line, argv, 16), -1);
+    engine e;
+    char err[200];
+    assert_int_equal(managed_parse("nofile", &e, err, sizeof err), -1);
+    assert_int_equal(managed_parse("x=/nonexistent.gguf", &e, err, sizeof err), -1);
+    assert_non_null(strstr(err, "nonexistent"));
+    assert_int_equal(managed_parse("x=/a.gguf,ctx=zero", &e, err, sizeof err), -1);
+    assert_int_equal(managed_parse("x=/a.gguf,speed=3", &e, err, sizeof err), -1);
 }
 
 static void cidr_ranges(void **state)
@@ -217,6 +245,7 @@ int main(void)
         cmocka_unit_test(engine_model_lists),
         cmocka_unit_test(engine_slots),
         cmocka_unit_test(engine_specs),
+        cmocka_unit_test(managed_engine_command),
         cmocka_unit_test(cidr_ranges),
         cmocka_unit_test(sizes_and_ints),
         cmocka_unit_test(config_file_expands_before_flags),

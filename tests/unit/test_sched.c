@@ -62,6 +62,34 @@ static void pick_ties_are_stable(void **state)
     assert_int_equal(placement_pick(c, 2), 1);
 }
 
+static void pick_starts_models_only_where_they_fit(void **state)
+{
+    (void)state;
+    place_candidate c[] = {
+        {.id = "small", .ready = 1, .loadable = 1, .need_bytes = 16, .free_vram = 10, .slots = 1},
+        {.id = "big", .ready = 1, .loadable = 1, .need_bytes = 16, .free_vram = 22, .slots = 1},
+    };
+    assert_int_equal(placement_pick(c, 2), 1);
+    c[1].free_vram = 15;
+    assert_int_equal(placement_pick(c, 2), -1);
+    assert_int_equal(placement_why(c, 2), PLACE_NO_FIT);
+    c[1].free_vram = 16; /* exactly enough */
+    assert_int_equal(placement_pick(c, 2), 1);
+}
+
+static void pick_prefers_a_loaded_model(void **state)
+{
+    (void)state;
+    place_candidate c[] = {
+        {.id = "cold", .ready = 1, .loadable = 1, .need_bytes = 1, .free_vram = 100, .slots = 4},
+        {.id = "warm", .ready = 1, .has_model = 1, .inflight = 3, .free_vram = 1, .slots = 4},
+    };
+    /* busier, less free memory, but no cold start */
+    assert_int_equal(placement_pick(c, 2), 1);
+    c[1].inflight = 4; /* full: the cold node is used */
+    assert_int_equal(placement_pick(c, 2), 0);
+}
+
 /* ---- registry ---- */
 #define FP_A "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
 #define FP_B "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
@@ -288,6 +316,8 @@ int main(void)
         cmocka_unit_test(pick_compares_load_relative_to_slots),
         cmocka_unit_test(pick_skips_unqualified),
         cmocka_unit_test(pick_ties_are_stable),
+        cmocka_unit_test(pick_starts_models_only_where_they_fit),
+        cmocka_unit_test(pick_prefers_a_loaded_model),
         cmocka_unit_test(register_requires_join_token),
         cmocka_unit_test(node_id_is_stable_for_a_fingerprint),
         cmocka_unit_test(heartbeat_token_bound_to_machine_and_address),
