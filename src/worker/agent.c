@@ -43,20 +43,27 @@ void worker_refresh(worker *w)
     pthread_mutex_unlock(&w->mu);
 }
 
-/* Stops managed engines idle past their keep-alive.  Caller holds mu. */
+/* Stops managed engines idle past their keep-alive.  The processes are
+ * ended outside the lock, so requests are not held up meanwhile. */
 static void unload_idle(worker *w, int64_t now)
 {
+    engine stopping[WORKER_MAX_ENGINES];
+    int n = 0;
+    pthread_mutex_lock(&w->mu);
     for (int i = 0; i < w->nengines; i++) {
         engine *e = &w->engines[i];
         managed_spec *m = e->managed;
         if (!m || !e->child || m->loading || e->inflight > 0 || now - m->last_used_ms < m->keep_alive_ms) continue;
         log_info("stopping the engine for %s: idle for %lld ms", m->name, (long long)(now - m->last_used_ms));
-        engine_stop(e);
+        stopping[n++] = *e;
+        e->child = 0;
         e->healthy = 0;
         e->nmodels = 0;
         e->url[0] = 0;
         snprintf(e->error, sizeof e->error, "stopped");
     }
+    pthread_mutex_unlock(&w->mu);
+    for (int i = 0; i < n; i++) engine_stop(&stopping[i]);
 }
 
 int worker_ensure_loaded(worker *w, const char *model, char *why, size_t whylen)
@@ -80,8 +87,11 @@ int worker_ensure_loaded(worker *w, const char *model, char *why, size_t whylen)
         return -1;
     }
     e->managed->loading = 1;
+    engine dead = *e; /* an engine that crashed: reap it before starting anew */
+    e->child = 0;
     engine copy = *e;
     pthread_mutex_unlock(&w->mu);
+    engine_stop(&dead);
     int rc = managed_start(&copy, w->engine_cmd, w->load_timeout_ms, why, whylen);
     pthread_mutex_lock(&w->mu);
     e->managed->loading = 0;
@@ -225,8 +235,8 @@ static void *agent_thread(void *arg)
     worker *w = arg;
     for (;;) {
         worker_refresh(w);
-        pthread_mutex_lock(&w->mu);
         unload_idle(w, mono_ms());
+        pthread_mutex_lock(&w->mu);
         int registered = w->registered, stopping = w->stopping;
         pthread_mutex_unlock(&w->mu);
         if (stopping) break;
