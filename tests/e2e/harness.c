@@ -367,6 +367,24 @@ int h_node_count(h_pool *p, const char *state)
     return n;
 }
 
+const char *h_node_field(h_pool *p, const char *key, const char *value, const char *field, char *out, size_t len)
+{
+    h_resp r;
+    h_request(p, "GET", "/v1/nodes", NULL, NULL, &r);
+    size_t i;
+    json_t *n;
+    out[0] = 0;
+    json_array_foreach(json_object_get(r.json, "data"), i, n) {
+        const char *v = json_string_value(json_object_get(n, key));
+        if (v && !strcmp(v, value)) {
+            snprintf(out, len, "%s", json_string_value(json_object_get(n, field)) ? json_string_value(json_object_get(n, field)) : "");
+            break;
+        }
+    }
+    h_resp_free(&r);
+    return out;
+}
+
 char *h_submit_task(h_pool *p, const char *body, const char *idem_key, long *status)
 {
     char hdr[300];

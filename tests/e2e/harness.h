@@ -87,6 +87,9 @@ int64_t h_now_ms(void);
 
 /* Helpers on top of h_request. */
 int h_node_count(h_pool *p, const char *state);
+/* A string field of the first node in /v1/nodes whose `key` equals `value`
+ * ("" when there is none). */
+const char *h_node_field(h_pool *p, const char *key, const char *value, const char *field, char *out, size_t len);
 char *h_submit_task(h_pool *p, const char *body, const char *idem_key, long *status);
 /* Polls a task until it reaches a final state; returns its JSON (caller
  * decrefs) or NULL on timeout. */

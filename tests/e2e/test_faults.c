@@ -40,19 +40,6 @@ static int is_running(void *ctx)
     return yes;
 }
 
-static const char *node_name(h_pool *p, const char *id, char *out, size_t len)
-{
-    h_resp r;
-    h_request(p, "GET", "/v1/nodes", NULL, NULL, &r);
-    size_t i;
-    json_t *n;
-    out[0] = 0;
-    json_array_foreach(json_object_get(r.json, "data"), i, n)
-        if (!strcmp(json_string_value(json_object_get(n, "id")), id))
-            snprintf(out, len, "%s", json_string_value(json_object_get(n, "name")));
-    h_resp_free(&r);
-    return out;
-}
 
 static void worker_killed_mid_task(void **state)
 {
@@ -66,7 +53,7 @@ static void worker_killed_mid_task(void **state)
     running_ctx rc = {p, id, ""};
     assert_true(h_wait_until(is_running, &rc, 10000));
     char name[64];
-    node_name(p, rc.node, name, sizeof name);
+    h_node_field(p, "id", rc.node, "name", name, sizeof name);
     h_proc *victim = !strcmp(name, "machine-a") ? a : b;
     h_kill(victim, SIGKILL);
     h_wait_exit(victim, 5000);
@@ -143,7 +130,7 @@ static void sleeping_worker_goes_offline(void **state)
     running_ctx rc = {p, id, ""};
     assert_true(h_wait_until(is_running, &rc, 10000));
     char name[64];
-    node_name(p, rc.node, name, sizeof name);
+    h_node_field(p, "id", rc.node, "name", name, sizeof name);
     h_proc *victim = !strcmp(name, "machine-a") ? a : b;
     int64_t t0 = h_now_ms();
     h_kill(victim, SIGSTOP);

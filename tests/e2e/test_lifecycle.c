@@ -50,19 +50,6 @@ static void worker_args(fixture *f, char *out, size_t len, const char *gpu)
              gpu, f->gguf);
 }
 
-static const char *node_of(h_pool *p, const char *name, char *id, size_t len)
-{
-    h_resp r;
-    h_request(p, "GET", "/v1/nodes", NULL, NULL, &r);
-    size_t i;
-    json_t *n;
-    id[0] = 0;
-    json_array_foreach(json_object_get(r.json, "data"), i, n)
-        if (!strcmp(json_string_value(json_object_get(n, "name")), name))
-            snprintf(id, len, "%s", json_string_value(json_object_get(n, "id")));
-    h_resp_free(&r);
-    return id;
-}
 
 static const char *engine_state(h_pool *p, const char *name, char *out, size_t len)
 {
@@ -105,8 +92,8 @@ static void starts_where_it_fits_and_stops_when_idle(void **state)
     h_resp_free(&r);
 
     char big[64], small[64], v[64];
-    node_of(p, "big", big, sizeof big);
-    node_of(p, "small", small, sizeof small);
+    h_node_field(p, "name", "big", "id", big, sizeof big);
+    h_node_field(p, "name", "small", "id", small, sizeof small);
     for (int i = 0; i < 3; i++) {
         h_request(p, "POST", "/v1/chat/completions", CHAT, NULL, &r);
         assert_int_equal(r.status, 200);
