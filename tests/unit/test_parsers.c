@@ -119,7 +119,7 @@ static void managed_engine_command(void **state)
     managed_spec m = {.name = "llama", .gguf = "/models/l.gguf", .ctx = 4096, .parallel = 2};
     char line[512], *argv[16];
     int argc = managed_argv(MANAGED_DEFAULT_CMD, &m, 9123, "/proc/self/exe", line, sizeof line, argv, 16);
-    assert_int_equal(argc, 13);
+    assert_int_equal(argc, 14);
     assert_string_equal(argv[0], "llama-server");
     assert_string_equal(argv[2], "/models/l.gguf");
     assert_string_equal(argv[6], "9123");
