@@ -36,6 +36,8 @@ static void usage(FILE *f)
             "  --error-rate F            fraction of requests answered 500 (default 0)\n"
             "  --hang-rate F             fraction never answered at all (default 0)\n"
             "  --drop-rate F             fraction of streams cut off half-way (default 0)\n"
+            "  --single-model            answer whatever model a request names with the first model,\n"
+            "                            as llama-server does\n"
             "  --help                    show this\n",
             SIM_FIRST_TOKEN, SIM_DEFAULT_MODEL, SIM_DEFAULT_VRAM_GB);
 }
@@ -62,7 +64,7 @@ static void announce(const sim_config *c, const char *listen, int port)
 
 int cmd_sim_engine(int argc, char **argv)
 {
-    enum { O_LISTEN = 1000, O_PORT_FILE, O_HELP, O_CONFIG };
+    enum { O_LISTEN = 1000, O_PORT_FILE, O_HELP, O_CONFIG, O_FLAG };
     static const struct option opts[] = {
         {"listen", required_argument, NULL, O_LISTEN},
         {"port-file", required_argument, NULL, O_PORT_FILE},
@@ -77,6 +79,7 @@ int cmd_sim_engine(int argc, char **argv)
         {"error-rate", required_argument, NULL, O_CONFIG},
         {"hang-rate", required_argument, NULL, O_CONFIG},
         {"drop-rate", required_argument, NULL, O_CONFIG},
+        {"single-model", no_argument, NULL, O_FLAG},
         {NULL, 0, NULL, 0},
     };
     sim_config cfg;
@@ -92,8 +95,9 @@ int cmd_sim_engine(int argc, char **argv)
         case O_LISTEN: listen = optarg; break;
         case O_PORT_FILE: port_file = optarg; break;
         case O_HELP: usage(stdout); return 0;
+        case O_FLAG:
         case O_CONFIG:
-            if (sim_config_set(&cfg, opts[idx].name, optarg, err, sizeof err)) {
+            if (sim_config_set(&cfg, opts[idx].name, c == O_FLAG ? "1" : optarg, err, sizeof err)) {
                 fprintf(stderr, "sim-engine: %s\n", err);
                 return 2;
             }

@@ -153,6 +153,10 @@ int sim_config_set(sim_config *c, const char *opt, const char *val, char *err, s
         }
         return 0;
     }
+    if (!strcmp(opt, "single-model")) {
+        c->single_model = 1;
+        return 0;
+    }
     if (!strcmp(opt, "max-tokens-default")) {
         if (parse_ll(val, 1, SIM_MAX_TOKENS, &ll)) {
             snprintf(err, errlen, "--max-tokens-default: '%s' is not a whole number in [1, %d]", val,

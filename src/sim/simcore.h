@@ -35,6 +35,7 @@ typedef struct sim_config {
     uint64_t seed;
     int max_tokens_default;
     double error_rate, hang_rate, drop_rate;
+    int single_model; /* answer any model name with the first model, as llama-server does */
 } sim_config;
 
 /* The documented defaults, with no models yet: sim_config_finish adds the

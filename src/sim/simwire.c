@@ -148,6 +148,7 @@ static int read_model(const sim_config *c, json_t *root, sim_request *rq, sim_er
     json_t *v = json_object_get(root, "model");
     if (v && !json_is_string(v)) return bad(e, "model", "%s", "'model' must be a string");
     rq->model = sim_find_model(c, json_string_value(v));
+    if (rq->model < 0 && c->single_model) rq->model = 0; /* one model, whatever the name */
     if (rq->model >= 0) return 0;
     char served[160];
     model_list(c, served, sizeof served);

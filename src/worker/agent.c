@@ -30,6 +30,12 @@ void worker_refresh(worker *w)
     for (int i = 0; i < n; i++) {
         if (w->engines[i].managed && w->engines[i].child != snap[i].child) continue; /* started or stopped meanwhile */
         int inflight = w->engines[i].inflight;
+        if (fresh[i].managed && fresh[i].healthy) {
+            /* A started engine serves exactly the model it was started for,
+             * whatever id it lists (llama-server lists the file's path). */
+            fresh[i].nmodels = 1;
+            snprintf(fresh[i].models[0], sizeof fresh[i].models[0], "%s", fresh[i].managed->name);
+        }
         if (w->engines[i].healthy != fresh[i].healthy)
             log_info("engine %s at %s is %s%s%s", engine_kind_name(fresh[i].kind), fresh[i].url,
                      fresh[i].healthy ? "up" : "down", fresh[i].error[0] ? ": " : "", fresh[i].error);

@@ -89,7 +89,10 @@ int managed_argv(const char *tmpl, const managed_spec *m, int port, const char *
     out[o] = 0;
     int argc = 0;
     char *save = NULL;
-    for (char *t = strtok_r(out, " ", &save); t && argc < maxargs - 1; t = strtok_r(NULL, " ", &save)) argv[argc++] = t;
+    for (char *t = strtok_r(out, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
+        if (argc >= maxargs - 1) return -1; /* never run a command cut short */
+        argv[argc++] = t;
+    }
     argv[argc] = NULL;
     return argc ? argc : -1;
 }

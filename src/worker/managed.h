@@ -27,7 +27,8 @@ typedef struct managed_spec {
 
 /* The default command: llama.cpp's server. */
 #define MANAGED_DEFAULT_CMD \
-    "llama-server -m {model} --host 127.0.0.1 --port {port} -c {ctx_total} -np {parallel} --kv-unified -ngl 999"
+    "llama-server -m {model} --alias {name} --host 127.0.0.1 --port {port} -c {ctx_total} -np {parallel} " \
+    "--kv-unified -ngl 999"
 
 /* Parses a --load value and sizes the model with the planner.  0, or -1 with
  * a one-line reason. */

@@ -46,7 +46,10 @@ static void worker_args(fixture *f, char *out, size_t len, const char *gpu)
 {
     snprintf(out, len,
              "--fake-gpu %s --load llama-local=%s,ctx=2048,parallel=1,keep-alive=1 "
-             "--engine-cmd {self}%%20sim-engine%%20--model%%20{name}%%20--listen%%20127.0.0.1:{port}%%20--ttft-ms%%200%%20--tps%%200",
+             /* Like llama-server, the engine lists its own id (not the name the
+              * worker gave the model) and answers whatever model is asked. */
+             "--engine-cmd {self}%%20sim-engine%%20--model%%20engine-side-id%%20--single-model%%20"
+             "--listen%%20127.0.0.1:{port}%%20--ttft-ms%%200%%20--tps%%200",
              gpu, f->gguf);
 }
 
@@ -65,6 +68,17 @@ static const char *engine_state(h_pool *p, const char *name, char *out, size_t l
     }
     h_resp_free(&r);
     return out;
+}
+
+/* The node lists the model as loaded (engine running and refreshed). */
+static int heartbeats_seen(void *ctx)
+{
+    h_resp r;
+    h_request(ctx, "GET", "/v1/models", NULL, NULL, &r);
+    json_t *m = json_array_get(json_object_get(r.json, "data"), 0);
+    int loaded = json_array_size(json_object_get(m, "nodes")) == 1;
+    h_resp_free(&r);
+    return loaded;
 }
 
 static int big_stopped(void *ctx)
@@ -95,6 +109,7 @@ static void starts_where_it_fits_and_stops_when_idle(void **state)
     h_node_field(p, "name", "big", "id", big, sizeof big);
     h_node_field(p, "name", "small", "id", small, sizeof small);
     for (int i = 0; i < 3; i++) {
+        if (i == 2) h_wait_until(heartbeats_seen, p, 5000); /* after the engine has been refreshed */
         h_request(p, "POST", "/v1/chat/completions", CHAT, NULL, &r);
         assert_int_equal(r.status, 200);
         assert_non_null(strstr(r.body, "[simulated]"));

@@ -117,20 +117,23 @@ static void managed_engine_command(void **state)
 {
     (void)state;
     managed_spec m = {.name = "llama", .gguf = "/models/l.gguf", .ctx = 4096, .parallel = 2};
-    char line[512], *argv[16];
-    int argc = managed_argv(MANAGED_DEFAULT_CMD, &m, 9123, "/proc/self/exe", line, sizeof line, argv, 16);
-    assert_int_equal(argc, 14);
+    char line[512], *argv[32];
+    int argc = managed_argv(MANAGED_DEFAULT_CMD, &m, 9123, "/proc/self/exe", line, sizeof line, argv, 32);
+    assert_int_equal(argc, 16);
     assert_string_equal(argv[0], "llama-server");
     assert_string_equal(argv[2], "/models/l.gguf");
-    assert_string_equal(argv[6], "9123");
-    assert_string_equal(argv[8], "8192"); /* -c is the total over slots */
-    assert_string_equal(argv[10], "2");
-    argc = managed_argv("{self} sim-engine --model {name} --listen 127.0.0.1:{port}", &m, 7, "/x", line, sizeof line, argv, 16);
+    assert_string_equal(argv[4], "llama");
+    assert_string_equal(argv[8], "9123");
+    assert_string_equal(argv[10], "8192"); /* -c is the total over slots */
+    assert_string_equal(argv[12], "2");
+    argc = managed_argv("{self} sim-engine --model {name} --listen 127.0.0.1:{port}", &m, 7, "/x", line, sizeof line, argv, 32);
     assert_int_equal(argc, 6);
     assert_string_equal(argv[0], "/x");
     assert_string_equal(argv[3], "llama");
     assert_string_equal(argv[5], "127.0.0.1:7");
-    assert_int_equal(managed_argv("", &m, 7, "/x", line, sizeof line, argv, 16), -1);
+    assert_int_equal(managed_argv("", &m, 7, "/x", line, sizeof line, argv, 32), -1);
+    /* too many words for argv: refused, not cut */
+    assert_int_equal(managed_argv(MANAGED_DEFAULT_CMD, &m, 1, "/x", line, sizeof line, argv, 8), -1);
     engine e;
     char err[200];
     assert_int_equal(managed_parse("nofile", &e, err, sizeof err), -1);
