@@ -33,7 +33,7 @@ static void release_on_finish(void *ctx, const relay_outcome *o)
 {
     lease_hold *h = ctx;
     if (o->upstream_failed) log_warn("stream from %s ended early: %s", h->lease.node_id, o->error);
-    registry_release(h->reg, &h->lease, mono_ms());
+    registry_release(h->reg, &h->lease, mono_ms(), registry_status_served(o->status) && !o->upstream_failed);
     free(h);
 }
 
@@ -73,7 +73,7 @@ static int forward_buffered(coord *c, http_req *req, const http_call_opts *o, co
 {
     http_result res;
     relay_call_buffered(o, req, &res);
-    registry_release(c->reg, lease, mono_ms());
+    registry_release(c->reg, lease, mono_ms(), registry_status_served(res.status) && !node_refused(res.status, res.body));
     int done = 1;
     if (res.status == 0 && http_req_client_gone(req)) {
         api_error(req, 499, "invalid_request_error", "client_closed", NULL, "the client left");
@@ -82,7 +82,7 @@ static int forward_buffered(coord *c, http_req *req, const http_call_opts *o, co
         relay_respond_result(req, &res);
     } else {
         snprintf(why, whylen, "%s: %s", lease->node_id, res.status ? "refused the request" : res.error);
-        registry_mark_unreachable(c->reg, lease->node_id, res.status ? "refused the request" : res.error);
+        registry_mark_unreachable(c->reg, lease->node_id, res.status ? "refused the request" : res.error, mono_ms());
         done = 0;
     }
     http_result_free(&res);
@@ -97,7 +97,7 @@ static int forward_stream(coord *c, http_req *req, const http_call_opts *o, cons
     h->lease = *lease;
     relay *r = relay_start(o, release_on_finish, h);
     if (!r) {
-        registry_release(c->reg, lease, mono_ms());
+        registry_release(c->reg, lease, mono_ms(), 0);
         free(h);
         snprintf(why, whylen, "cannot start a thread");
         return 0;
@@ -115,7 +115,7 @@ static int forward_stream(coord *c, http_req *req, const http_call_opts *o, cons
     }
     if (status == 0) {
         snprintf(why, whylen, "%s: %s", lease->node_id, relay_error(r));
-        registry_mark_unreachable(c->reg, lease->node_id, relay_error(r));
+        registry_mark_unreachable(c->reg, lease->node_id, relay_error(r), mono_ms());
         relay_abandon(r);
         return 0;
     }
@@ -129,7 +129,7 @@ static int forward_stream(coord *c, http_req *req, const http_call_opts *o, cons
         http_respond(req, (int)status, ctype[0] ? ctype : "application/json", b, blen);
     } else {
         snprintf(why, whylen, "%s: refused (%ld)", lease->node_id, status);
-        registry_mark_unreachable(c->reg, lease->node_id, status == 503 ? "self-check failed" : "refused its node token");
+        registry_mark_unreachable(c->reg, lease->node_id, status == 503 ? "self-check failed" : "refused its node token", mono_ms());
     }
     free(b);
     return done;
@@ -234,7 +234,7 @@ static void fast_done(void *ctx, http_result *res)
 {
     fast_call *f = ctx;
     http_req *req = f->req;
-    registry_release(f->c->reg, &f->lease, mono_ms());
+    registry_release(f->c->reg, &f->lease, mono_ms(), registry_status_served(res->status) && !node_refused(res->status, res->body));
     if (res->status && !node_refused(res->status, res->body)) {
         served_by(req, &f->lease);
         relay_respond_result(req, res);
@@ -246,7 +246,7 @@ static void fast_done(void *ctx, http_result *res)
         /* The node failed before answering: the blocking path retries on
          * other nodes, waiting for a slot if it must. */
         const char *why = res->status ? "refused the request" : res->error;
-        registry_mark_unreachable(f->c->reg, f->lease.node_id, why);
+        registry_mark_unreachable(f->c->reg, f->lease.node_id, why, mono_ms());
         log_warn("node %s failed before answering (%s); trying another", f->lease.node_id, why);
         tried_nodes *t = calloc(1, sizeof *t);
         if (t) {
@@ -297,7 +297,7 @@ http_fast_rc api_openai_fast(coord *c, http_req *req, int kind)
     http_call_opts o = {.method = "POST", .url = url, .body = raw, .body_len = len, .bearer = f->lease.token,
                         .timeout_ms = c->cfg.upstream_timeout_ms};
     if (relay_call_async(&o, req, fast_done, f)) {
-        registry_release(c->reg, &f->lease, mono_ms());
+        registry_release(c->reg, &f->lease, mono_ms(), 0);
         free(f);
         return HTTP_PASS;
     }

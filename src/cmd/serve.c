@@ -21,7 +21,7 @@
 typedef struct serve_opts {
     const char *listen, *data, *join_token, *join_token_file, *keys_file, *port_file;
     size_t max_body;
-    long heartbeat_ms, missed, token_ttl_s;
+    long heartbeat_ms, missed, token_ttl_s, breaker_failures, breaker_cooldown_ms;
     long task_timeout_ms;
     coord_cfg cc;
     cidr_list allow;
@@ -47,6 +47,8 @@ static void usage(FILE *f)
             "  --missed-heartbeats N     offline after this many missed beats (default 3)\n"
             "  --token-ttl-s N           node token lifetime (default 600)\n"
             "  --max-attempts N          nodes tried per request or task (default 3)\n"
+            "  --breaker-failures N      failures in a row that stop sending a node work (default 3)\n"
+            "  --breaker-cooldown-ms N   first pause before probing it again; doubles (default 5000)\n"
             "  --task-timeout-ms N       longest run of one task attempt (default 600000)\n"
             "  --models-dir DIR          GGUF files that POST /v1/plan may read\n"
             "  --port-file FILE          write the bound port here once listening\n"
@@ -84,7 +86,8 @@ static int parse(int argc, char **argv, serve_opts *o)
         {"max-body", 1, 0, 'b'}, {"queue-max", 1, 0, 'q'}, {"queue-timeout-ms", 1, 0, 'Q'},
         {"upstream-timeout-ms", 1, 0, 'u'}, {"heartbeat-ms", 1, 0, 'h'}, {"missed-heartbeats", 1, 0, 'm'},
         {"token-ttl-s", 1, 0, 't'}, {"max-attempts", 1, 0, 'A'}, {"task-timeout-ms", 1, 0, 'T'},
-        {"port-file", 1, 0, 'p'}, {"models-dir", 1, 0, 'M'}, {"help", 0, 0, 'H'}, {0, 0, 0, 0}};
+        {"port-file", 1, 0, 'p'}, {"models-dir", 1, 0, 'M'}, {"breaker-failures", 1, 0, 'F'},
+        {"breaker-cooldown-ms", 1, 0, 'C'}, {"help", 0, 0, 'H'}, {0, 0, 0, 0}};
     long v;
     char err[200];
     int c;
@@ -116,6 +119,8 @@ static int parse(int argc, char **argv, serve_opts *o)
         INTOPT('t', o->token_ttl_s, 10, 86400 * 30, "--token-ttl-s")
         INTOPT('A', o->cc.max_attempts, 1, 8, "--max-attempts")
         INTOPT('T', o->task_timeout_ms, 100, 86400000, "--task-timeout-ms")
+        INTOPT('F', o->breaker_failures, 1, 1000, "--breaker-failures")
+        INTOPT('C', o->breaker_cooldown_ms, 100, 3600000, "--breaker-cooldown-ms")
 #undef INTOPT
         case 'p': o->port_file = optarg; break;
         case 'M': o->cc.models_dir = optarg; break;
@@ -203,7 +208,8 @@ int cmd_serve(int argc0, char **argv0)
     if (back > 0) log_info("%d task(s) were running when the coordinator stopped; queued again", back);
 
     registry_cfg rc_cfg = {.join_token = token, .allow = o.allow, .heartbeat_ms = o.heartbeat_ms,
-                           .missed_beats = (int)o.missed, .token_ttl_ms = o.token_ttl_s * 1000};
+                           .missed_beats = (int)o.missed, .token_ttl_ms = o.token_ttl_s * 1000,
+                           .breaker_failures = (int)o.breaker_failures, .breaker_cooldown_ms = o.breaker_cooldown_ms};
     reg = registry_new(&rc_cfg);
     dispatch_cfg dc = {.st = st, .reg = reg, .max_attempts = o.cc.max_attempts, .task_timeout_ms = o.task_timeout_ms};
     disp = dispatcher_start(&dc);

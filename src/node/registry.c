@@ -33,6 +33,12 @@ typedef struct node {
     uint64_t *need;
     int nloadable;
     json_t *gpus, *engines, *loadable_json;
+    /* circuit breaker */
+    int fails;            /* failures in a row */
+    int64_t open_until;   /* open (no work) until this monotonic ms; 0 = not open */
+    int64_t cooldown_ms;  /* the next cooldown */
+    int half_open;        /* cooldown over: one probe may go */
+    int probing;          /* that probe is out */
 } node;
 
 struct registry {
@@ -69,6 +75,8 @@ registry *registry_new(const registry_cfg *cfg)
     if (r->cfg.heartbeat_ms <= 0) r->cfg.heartbeat_ms = 2000;
     if (r->cfg.missed_beats <= 0) r->cfg.missed_beats = 3;
     if (r->cfg.token_ttl_ms <= 0) r->cfg.token_ttl_ms = 600000;
+    if (r->cfg.breaker_failures <= 0) r->cfg.breaker_failures = 3;
+    if (r->cfg.breaker_cooldown_ms <= 0) r->cfg.breaker_cooldown_ms = 5000;
     return r;
 }
 
@@ -359,6 +367,13 @@ int registry_sweep(registry *r, int64_t now, char (*offline)[40], int max)
     pthread_mutex_lock(&r->mu);
     for (int i = 0; i < r->n; i++) {
         node *nd = r->nodes[i];
+        if (nd->open_until && now >= nd->open_until) {
+            nd->open_until = 0;
+            nd->half_open = 1;
+            nd->probing = 0;
+            log_info("node %s: cooldown over, the next request probes it", nd->id);
+            changed(r);
+        }
         if (nd->state == NODE_OFFLINE || now - nd->last_beat <= limit) continue;
         nd->state = NODE_OFFLINE;
         snprintf(nd->state_reason, sizeof nd->state_reason, "no heartbeat for %lld ms",
@@ -372,14 +387,30 @@ int registry_sweep(registry *r, int64_t now, char (*offline)[40], int max)
     return count;
 }
 
-void registry_mark_unreachable(registry *r, const char *node_id, const char *reason)
+static const char *breaker_name(const node *nd)
+{
+    return nd->open_until ? "open" : nd->half_open ? "half_open" : "closed";
+}
+
+void registry_mark_unreachable(registry *r, const char *node_id, const char *reason, int64_t now)
 {
     pthread_mutex_lock(&r->mu);
     node *nd = find_by_id(r, node_id);
-    if (nd && nd->state == NODE_READY) {
-        nd->state = NODE_NOT_READY;
-        snprintf(nd->state_reason, sizeof nd->state_reason, "%s", reason);
-        log_warn("node %s is not ready until its next heartbeat: %s", nd->id, reason);
+    if (nd) {
+        if (nd->state == NODE_READY) {
+            nd->state = NODE_NOT_READY;
+            snprintf(nd->state_reason, sizeof nd->state_reason, "%s", reason);
+            log_warn("node %s is not ready until its next heartbeat: %s", nd->id, reason);
+        }
+        nd->fails++;
+        if (nd->half_open || nd->fails >= r->cfg.breaker_failures) {
+            if (!nd->cooldown_ms) nd->cooldown_ms = r->cfg.breaker_cooldown_ms;
+            nd->open_until = now + nd->cooldown_ms;
+            log_warn("node %s: circuit open for %lld ms after %d failure(s) in a row (%s)", nd->id,
+                     (long long)nd->cooldown_ms, nd->fails, reason);
+            if (nd->cooldown_ms < r->cfg.breaker_cooldown_ms * 16) nd->cooldown_ms *= 2;
+            nd->half_open = nd->probing = 0;
+        }
     }
     pthread_mutex_unlock(&r->mu);
 }
@@ -401,7 +432,8 @@ static place_block try_acquire(registry *r, const char *model, const char *const
         node *nd = r->nodes[i];
         int loadable;
         uint64_t need = loadable_need(nd, model, &loadable);
-        c[i] = (place_candidate){.id = nd->id, .ready = nd->state == NODE_READY,
+        int breaker_ok = !nd->open_until && !(nd->half_open && nd->probing);
+        c[i] = (place_candidate){.id = nd->id, .ready = nd->state == NODE_READY && breaker_ok,
                                  .has_model = has_model(nd, model), .loadable = loadable, .need_bytes = need,
                                  .excluded = excluded(nd->id, ex, nex),
                                  .inflight = nd->inflight, .slots = nd->slots, .free_vram = nd->free_vram};
@@ -412,6 +444,7 @@ static place_block try_acquire(registry *r, const char *model, const char *const
     if (pick < 0) return why;
     node *nd = r->nodes[pick];
     nd->inflight++;
+    if (nd->half_open) nd->probing = 1;
     snprintf(out->node_id, sizeof out->node_id, "%s", nd->id);
     snprintf(out->address, sizeof out->address, "%s", nd->address);
     snprintf(out->token, sizeof out->token, "%s", nd->token);
@@ -476,17 +509,30 @@ reg_wait registry_acquire_wait(registry *r, const char *model, const char *const
     return result;
 }
 
-void registry_release(registry *r, const node_lease *l, int64_t now)
+void registry_release(registry *r, const node_lease *l, int64_t now, int served)
 {
     pthread_mutex_lock(&r->mu);
     node *nd = find_by_id(r, l->node_id);
     if (nd && nd->inflight > 0) nd->inflight--;
+    if (nd && served) {
+        if (nd->half_open) log_info("node %s: probe answered, circuit closed", nd->id);
+        nd->fails = 0;
+        nd->half_open = nd->probing = 0;
+        nd->cooldown_ms = 0;
+    } else if (nd && nd->half_open) {
+        nd->probing = 0; /* the probe told nothing (e.g. the client left): allow another */
+    }
     r->drain[r->drain_i] = now;
     r->drain_i = (r->drain_i + 1) % DRAIN_RING;
     if (r->drain_n < DRAIN_RING) r->drain_n++;
     changed(r);
     pthread_mutex_unlock(&r->mu);
     notify(r);
+}
+
+int registry_status_served(long status)
+{
+    return status >= 200 && status < 500 && status != 401 && status != 403;
 }
 
 int registry_waiters(registry *r)
@@ -547,6 +593,8 @@ json_t *registry_nodes_json(registry *r, int64_t now)
             json_object_set_new(o, "state_reason",
                                 nd->state_reason[0] ? json_string(nd->state_reason) : json_null());
             json_object_set_new(o, "loadable", nd->loadable_json ? json_incref(nd->loadable_json) : json_array());
+            json_object_set_new(o, "breaker", json_string(breaker_name(nd)));
+            json_object_set_new(o, "consecutive_failures", json_integer(nd->fails));
             json_array_append_new(arr, o);
         }
     }

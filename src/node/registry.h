@@ -24,6 +24,8 @@ typedef struct registry_cfg {
     int64_t heartbeat_ms;     /* the interval workers are told to use */
     int missed_beats;         /* offline after this many missed (3) */
     int64_t token_ttl_ms;     /* node tokens expire after this */
+    int breaker_failures;     /* failures in a row that open a node's breaker (3) */
+    int64_t breaker_cooldown_ms; /* first cooldown (5000); doubles up to 16x */
 } registry_cfg;
 
 typedef struct registry registry;
@@ -46,12 +48,18 @@ int registry_register(registry *r, const char *bearer, json_t *req, const char *
 int registry_heartbeat(registry *r, const char *bearer, json_t *req, const char *peer, int64_t now,
                        json_t **resp, char *why, size_t whylen);
 
-/* Marks nodes offline whose heartbeats stopped; writes their ids (up to max)
- * and returns how many went offline on this call. */
+/* Marks nodes offline whose heartbeats stopped, and lets nodes whose breaker
+ * cooldown is over take one probe; writes the ids of nodes that went offline
+ * (up to max) and returns how many went offline on this call. */
 int registry_sweep(registry *r, int64_t now, char (*offline)[40], int max);
 
-/* A failed dispatch makes the node not-ready until its next heartbeat. */
-void registry_mark_unreachable(registry *r, const char *node_id, const char *reason);
+/* A failed dispatch makes the node not-ready until its next heartbeat, and
+ * counts towards its circuit breaker: after `breaker_failures` failures in a
+ * row the node gets no work for a cooldown (which doubles each time it trips
+ * again, up to a limit), then one request probes it (half-open); a success
+ * closes the breaker, a failure opens it again.  Heartbeats alone do not
+ * close it: a node can beat and still fail every request. */
+void registry_mark_unreachable(registry *r, const char *node_id, const char *reason, int64_t now);
 
 typedef enum reg_wait {
     REG_OK,
@@ -69,7 +77,12 @@ place_block registry_acquire(registry *r, const char *model, const char *const *
  * deadline (monotonic ms) passes. */
 reg_wait registry_acquire_wait(registry *r, const char *model, const char *const *exclude, int nexclude,
                                int64_t deadline, int max_waiters, node_lease *out);
-void registry_release(registry *r, const node_lease *l, int64_t now);
+/* Gives the slot back; served says the node answered the request (any
+ * status it chose), which resets its failure count and closes its breaker. */
+void registry_release(registry *r, const node_lease *l, int64_t now, int served);
+/* Whether an HTTP status from a node shows it did its job: any answer but a
+ * 5xx and the worker's own refusal of its token (401/403). */
+int registry_status_served(long status);
 /* How many requests wait for a slot right now (gives them precedence). */
 int registry_waiters(registry *r);
 /* Registers a callback run (outside the lock) whenever capacity may have

@@ -131,7 +131,7 @@ static void record_outcome(exec *e, int rc, const http_result *res, enum cancel_
     }
     if (rc != 0 && res->status == 0) {
         snprintf(msg, sizeof msg, "node %s unreachable: %s", e->lease.node_id, res->error);
-        registry_mark_unreachable(d->cfg.reg, e->lease.node_id, res->error);
+        registry_mark_unreachable(d->cfg.reg, e->lease.node_id, res->error, mono_ms());
         retry_or_fail(e, res->timed_out ? "timeout" : "node_unreachable", msg);
         return;
     }
@@ -156,11 +156,11 @@ static void record_outcome(exec *e, int rc, const http_result *res, enum cancel_
     } else if (res->status == 401 || res->status == 403) {
         /* The worker does not take this node token (it re-registered, or a
          * token race): a node problem, not the task's. */
-        registry_mark_unreachable(d->cfg.reg, e->lease.node_id, "the worker refused its node token");
+        registry_mark_unreachable(d->cfg.reg, e->lease.node_id, "the worker refused its node token", mono_ms());
         snprintf(msg, sizeof msg, "node %s refused the dispatch (%ld)", e->lease.node_id, res->status);
         retry_or_fail(e, "node_auth", msg);
     } else if (res->status == 503 && ecode && !strcmp(ecode, "not_ready")) {
-        registry_mark_unreachable(d->cfg.reg, e->lease.node_id, emsg ? emsg : "not ready");
+        registry_mark_unreachable(d->cfg.reg, e->lease.node_id, emsg ? emsg : "not ready", mono_ms());
         snprintf(msg, sizeof msg, "node %s not ready: %s", e->lease.node_id, emsg ? emsg : "");
         retry_or_fail(e, "node_not_ready", msg);
     } else if (res->status >= 500 || res->status == 429) {
@@ -192,8 +192,9 @@ static void *exec_thread(void *arg)
     enum cancel_reason why = e->cancel;
     pthread_mutex_unlock(&d->mu);
     record_outcome(e, rc, &res, why);
+    int served = rc == 0 && registry_status_served(res.status);
     http_result_free(&res);
-    registry_release(d->cfg.reg, &e->lease, mono_ms());
+    registry_release(d->cfg.reg, &e->lease, mono_ms(), served);
 
     pthread_mutex_lock(&d->mu);
     for (exec **pp = &d->running; *pp; pp = &(*pp)->next)
@@ -228,7 +229,7 @@ static int start_one(dispatcher *d, const char *id)
     if (registry_acquire(d->cfg.reg, t.model, NULL, 0, &lease) != PLACE_OK) { task_rec_free(&t); return 0; }
     int attempt = 0;
     if (store_task_claim(d->cfg.st, id, lease.node_id, wall_ms(), &attempt) != STORE_OK) {
-        registry_release(d->cfg.reg, &lease, mono_ms());
+        registry_release(d->cfg.reg, &lease, mono_ms(), 0);
         task_rec_free(&t);
         return 0;
     }
@@ -258,7 +259,7 @@ static int start_one(dispatcher *d, const char *id)
         d->nrunning--;
         pthread_mutex_unlock(&d->mu);
         store_task_requeue(d->cfg.st, id, attempt, "no_thread", "could not start a thread");
-        registry_release(d->cfg.reg, &lease, mono_ms());
+        registry_release(d->cfg.reg, &lease, mono_ms(), 0);
         free(e->body);
         free(e);
         pthread_attr_destroy(&a);

@@ -245,11 +245,11 @@ static void leases_respect_slots(void **state)
     assert_int_equal(registry_acquire(r, "m", NULL, 0, &l[4]), PLACE_BUSY);
     assert_int_equal(registry_acquire(r, "other", NULL, 0, &l[4]), PLACE_NO_MODEL);
     assert_int_equal(registry_acquire_wait(r, "m", NULL, 0, 0, 0, &l[4]), REG_QUEUE_FULL);
-    registry_release(r, &l[0], 1);
+    registry_release(r, &l[0], 1, 1);
     assert_int_equal(registry_acquire(r, "m", NULL, 0, &l[4]), PLACE_OK);
     assert_string_equal(l[4].node_id, l[0].node_id);
     const char *ex[] = {a, b};
-    for (int i = 1; i < 5; i++) registry_release(r, &l[i], 2);
+    for (int i = 1; i < 5; i++) registry_release(r, &l[i], 2, 1);
     assert_int_equal(registry_acquire_wait(r, "m", ex, 2, 0, 10, &l[0]), REG_EXHAUSTED);
     assert_true(registry_drain_rate(r, 3) > 0);
     registry_free(r);
@@ -261,7 +261,7 @@ static void unreachable_node_skipped_until_heartbeat(void **state)
     registry *r = new_registry();
     char id[64], tok[80];
     join(r, FP_A, 0, id, tok);
-    registry_mark_unreachable(r, id, "connection refused");
+    registry_mark_unreachable(r, id, "connection refused", 0);
     node_lease l;
     assert_int_equal(registry_acquire(r, "m", NULL, 0, &l), PLACE_UNAVAILABLE);
     json_t *nodes = registry_nodes_json(r, 10);
@@ -282,12 +282,66 @@ static void ready_only_after_first_heartbeat(void **state)
     assert_int_equal(registry_acquire(r, "m", NULL, 0, &l), PLACE_UNAVAILABLE);
     assert_int_equal(beat(r, id, tok, FP_A, 5, "127.0.0.1", 10, NULL), 200);
     assert_int_equal(registry_acquire(r, "m", NULL, 0, &l), PLACE_OK);
-    registry_release(r, &l, 11);
+    registry_release(r, &l, 11, 1);
     /* an older beat arriving late changes nothing */
-    registry_mark_unreachable(r, id, "test");
+    registry_mark_unreachable(r, id, "test", 12);
     assert_int_equal(beat(r, id, tok, FP_A, 4, "127.0.0.1", 12, NULL), 200);
     assert_int_equal(registry_acquire(r, "m", NULL, 0, &l), PLACE_UNAVAILABLE);
     registry_free(r);
+}
+
+static void breaker_opens_cools_down_and_probes(void **state)
+{
+    (void)state;
+    registry *r = new_registry(); /* 3 failures, 5 s cooldown */
+    char id[64], tok[80];
+    join(r, FP_A, 0, id, tok);
+    node_lease l;
+    int seq = 2;
+    char fresh[80];
+#define BEAT(now) do { \
+        assert_int_equal(beat(r, id, tok, FP_A, seq++, "127.0.0.1", (now), fresh), 200); \
+        if (fresh[0]) strcpy(tok, fresh); /* follow token rotation */ \
+    } while (0)
+    /* two failures: the next heartbeat makes it usable again */
+    for (int i = 0; i < 2; i++) registry_mark_unreachable(r, id, "boom", 100);
+    BEAT(200);
+    assert_int_equal(registry_acquire(r, "m", NULL, 0, &l), PLACE_OK);
+    registry_release(r, &l, 210, 0);
+    /* the third in a row opens the breaker: heartbeats do not close it */
+    registry_mark_unreachable(r, id, "boom", 300);
+    BEAT(400);
+    assert_int_equal(registry_acquire(r, "m", NULL, 0, &l), PLACE_UNAVAILABLE);
+    json_t *nodes = registry_nodes_json(r, 400);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(nodes, 0), "breaker")), "open");
+    json_decref(nodes);
+    char off[1][40];
+    registry_sweep(r, 5299, off, 1);
+    assert_int_equal(registry_acquire(r, "m", NULL, 0, &l), PLACE_UNAVAILABLE);
+    /* cooldown over: exactly one probe */
+    registry_sweep(r, 5300, off, 1);
+    BEAT(5300);
+    assert_int_equal(registry_acquire(r, "m", NULL, 0, &l), PLACE_OK);
+    node_lease second;
+    assert_int_equal(registry_acquire(r, "m", NULL, 0, &second), PLACE_UNAVAILABLE);
+    /* the probe fails: open again, for twice as long */
+    registry_mark_unreachable(r, id, "boom", 5400);
+    registry_release(r, &l, 5400, 0);
+    BEAT(5500);
+    BEAT(11000); /* workers keep beating (and rotating tokens) meanwhile */
+    registry_sweep(r, 5400 + 9999, off, 1);
+    assert_int_equal(registry_acquire(r, "m", NULL, 0, &l), PLACE_UNAVAILABLE);
+    registry_sweep(r, 5400 + 10000, off, 1);
+    BEAT(15400);
+    assert_int_equal(registry_acquire(r, "m", NULL, 0, &l), PLACE_OK);
+    /* the probe succeeds: closed, and more work flows */
+    registry_release(r, &l, 15500, 1);
+    assert_int_equal(registry_acquire(r, "m", NULL, 0, &l), PLACE_OK);
+    assert_int_equal(registry_acquire(r, "m", NULL, 0, &second), PLACE_OK);
+    assert_true(registry_status_served(200) && registry_status_served(404));
+    assert_false(registry_status_served(500) || registry_status_served(401) || registry_status_served(0));
+    registry_free(r);
+#undef BEAT
 }
 
 static void models_union_of_live_nodes(void **state)
@@ -326,6 +380,7 @@ int main(void)
         cmocka_unit_test(leases_respect_slots),
         cmocka_unit_test(unreachable_node_skipped_until_heartbeat),
         cmocka_unit_test(ready_only_after_first_heartbeat),
+        cmocka_unit_test(breaker_opens_cools_down_and_probes),
         cmocka_unit_test(models_union_of_live_nodes),
     };
     return cmocka_run_group_tests_name("sched", tests, NULL, NULL);
