@@ -491,6 +491,20 @@ json_t *store_task_json(const task_rec *t) {
     return o;
 }
 
+/* Ends a row loop that built arr under the lock: on a database error the
+ * partial array is dropped.  Resets the statement and unlocks. */
+static json_t *end_rows(store *s, sqlite3_stmt *st, int r, json_t *arr, const char *what)
+{
+    if (r != SQLITE_DONE) {
+        db_err(s, what);
+        json_decref(arr);
+        arr = NULL;
+    }
+    sqlite3_reset(st);
+    pthread_mutex_unlock(&s->mu);
+    return arr;
+}
+
 json_t *store_task_list(store *s, const char *status, int limit) {
     if (!s) return NULL;
     if (limit < 1) limit = 1;
@@ -508,14 +522,7 @@ json_t *store_task_list(store *s, const char *status, int limit) {
         json_array_append_new(arr, store_task_json(&t));
         task_rec_free(&t);
     }
-    if (r != SQLITE_DONE) {
-        db_err(s, "list tasks");
-        json_decref(arr);
-        arr = NULL;
-    }
-    sqlite3_reset(st);
-    pthread_mutex_unlock(&s->mu);
-    return arr;
+    return end_rows(s, st, r, arr, "list tasks");
 }
 
 int store_task_next_queued(store *s, char (*ids)[64], int max) {
@@ -722,12 +729,5 @@ json_t *store_task_attempts(store *s, const char *id) {
         json_object_set_new(a, "message", jstr((const char *)sqlite3_column_text(st, 5)));
         json_array_append_new(arr, a);
     }
-    if (r != SQLITE_DONE) {
-        db_err(s, "list attempts");
-        json_decref(arr);
-        arr = NULL;
-    }
-    sqlite3_reset(st);
-    pthread_mutex_unlock(&s->mu);
-    return arr;
+    return end_rows(s, st, r, arr, "list attempts");
 }

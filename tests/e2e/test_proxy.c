@@ -199,18 +199,26 @@ static int all_idle(void *ctx)
     return busy == 0;
 }
 
+/* Sends, over a raw socket it leaves open, a chat that would run for
+ * minutes (100000 tokens at 200/s). */
+static int send_long_chat(h_pool *p, int stream)
+{
+    char body[256], raw[1024];
+    snprintf(body, sizeof body,
+             "{\"model\":\"sim-llama-8b\",\"stream\":%s,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+             "\"max_tokens\":100000}", stream ? "true" : "false");
+    snprintf(raw, sizeof raw,
+             "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+             "Content-Length: %zu\r\n\r\n%s", strlen(body), body);
+    return h_raw_connect_send(p->coord->port, raw, strlen(raw));
+}
+
 /* A client that leaves mid-stream frees its slot on the node and the
  * engine: the upstream call is cancelled, not left to run to the end. */
 static void client_disconnect_cancels_upstream(void **state)
 {
     h_pool *p = *state;
-    const char *body = "{\"model\":\"sim-llama-8b\",\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
-                       "\"max_tokens\":100000}";
-    char raw[1024];
-    snprintf(raw, sizeof raw,
-             "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-             "Content-Length: %zu\r\n\r\n%s", strlen(body), body);
-    int fd = h_raw_connect_send(p->coord->port, raw, strlen(raw));
+    int fd = send_long_chat(p, 1);
     char got[4096] = "";
     size_t n = 0;
     int64_t deadline = h_now_ms() + 10000;
@@ -230,13 +238,7 @@ static int some_busy(void *ctx) { return !all_idle(ctx); }
 static void client_disconnect_cancels_buffered_call(void **state)
 {
     h_pool *p = *state;
-    const char *body = "{\"model\":\"sim-llama-8b\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
-                       "\"max_tokens\":100000}";
-    char raw[1024];
-    snprintf(raw, sizeof raw,
-             "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-             "Content-Length: %zu\r\n\r\n%s", strlen(body), body);
-    int fd = h_raw_connect_send(p->coord->port, raw, strlen(raw));
+    int fd = send_long_chat(p, 0);
     assert_true(fd >= 0);
     assert_true(h_wait_until(some_busy, p, 10000)); /* it is running */
     close(fd);
