@@ -33,9 +33,10 @@
  * about 0.3 s, so every fault finds attempts in flight.  Two slots per
  * engine, four workers: eight at a time while all are up. */
 #define SIM_ARGS "--ttft-ms%2020%20--tps%20100%20--slots%202"
-/* Up to 10 attempts: one task can be hit by each of the four faults (and by
- * the dead engine's node more than once before the coordinator stops sending
- * it work), which with the default 3 could fail a task legitimately. */
+/* Up to 10 attempts: a re-queued task is the oldest, so it is dispatched
+ * first and is likely to be running when the next fault hits.  One run saw a
+ * task lose attempts to kill -9, SIGSTOP and the restart and succeed on its
+ * fourth, which the default of 3 would have failed, rightly. */
 #define TASK_FMT "{\"type\":\"chat\",\"model\":\"sim-llama-8b\",\"max_attempts\":10,\"input\":{\"messages\":" \
                  "[{\"role\":\"user\",\"content\":\"chaos task %d\"}],\"max_tokens\":30}}"
 #define NWORKERS 4
@@ -48,7 +49,10 @@ static const char *const NAMES[NWORKERS] = {"chaos-engine", "chaos-killed", "cha
 
 typedef struct seen {
     char id[64];
-    char *result;      /* the compact dump of "result" when first seen succeeded */
+    /* The compact dump of "result" when first seen succeeded.  The server
+     * itself parses the stored text and dumps it again, and jansson keeps
+     * key order, so equal dumps mean the stored result did not change. */
+    char *result;
     int64_t first_ms;  /* when it was first seen */
 } seen;
 
