@@ -446,22 +446,20 @@ static int excluded(const char *id, const char *const *ex, int nex)
     return 0;
 }
 
-/* The pool's measured figures for a model: the mean over nodes that have
- * measured it.  Caller holds the lock. */
+/* The pool's figures for a model, for nodes that have not measured it: the
+ * best any node measured.  Optimistic on purpose, so that an untried node
+ * gets tried rather than losing every tie to one already measured.
+ * Caller holds the lock. */
 static void pool_priors(registry *r, const char *model, place_request *pr)
 {
-    double ttft = 0, tps = 0, load = 0;
-    int nt = 0, ns = 0, nl = 0;
+    pr->prior_ttft_ms = pr->prior_tps = pr->prior_load_ms = 0;
     for (int i = 0; i < r->n; i++) {
         const model_speed *m = profile_speed(&r->nodes[i]->prof, model);
         if (!m) continue;
-        if (m->ttft_ms > 0) { ttft += m->ttft_ms; nt++; }
-        if (m->tps > 0) { tps += m->tps; ns++; }
-        if (m->load_ms > 0) { load += m->load_ms; nl++; }
+        if (m->ttft_ms > 0 && (!pr->prior_ttft_ms || m->ttft_ms < pr->prior_ttft_ms)) pr->prior_ttft_ms = m->ttft_ms;
+        if (m->tps > pr->prior_tps) pr->prior_tps = m->tps;
+        if (m->load_ms > 0 && (!pr->prior_load_ms || m->load_ms < pr->prior_load_ms)) pr->prior_load_ms = m->load_ms;
     }
-    pr->prior_ttft_ms = nt ? ttft / nt : 0;
-    pr->prior_tps = ns ? tps / ns : 0;
-    pr->prior_load_ms = nl ? load / nl : 0;
 }
 
 static place_request to_place_request(registry *r, const reg_request *rq)

@@ -96,8 +96,9 @@ reg_wait registry_acquire_wait(registry *r, const reg_request *rq, const char *c
  * job) and, when ok, its speed for the lease's model (and the load time when
  * the call had to start the model).  Feeds the node's profile. */
 void registry_observe(registry *r, const node_lease *l, int ok, const call_sample *s, int64_t now);
-/* The pool's estimate of the service time of a request for model, from the
- * nodes' measured speeds (defaults before anything is measured). */
+/* The pool's estimate of the service time of a request for model on its
+ * best node, from the nodes' measured speeds (defaults before anything is
+ * measured).  For ordering the queue. */
 double registry_estimate_ms(registry *r, const reg_request *rq);
 /* Requests placed on a node that had to start the model first. */
 uint64_t registry_cold_starts(registry *r);
