@@ -22,6 +22,7 @@ typedef struct coord_cfg {
     int64_t upstream_timeout_ms;
     int max_attempts;          /* nodes tried per request / task */
     const char *models_dir;    /* GGUF files POST /v1/plan may read; NULL = none */
+    int stream_continue;       /* a stream that breaks after tokens goes on from another node */
 } coord_cfg;
 
 typedef struct coord {
@@ -57,5 +58,11 @@ void api_register(coord *c, http_req *req);
 void api_heartbeat(coord *c, http_req *req);
 void api_metrics(coord *c, http_req *req);
 void api_plan(coord *c, http_req *req);
+
+/* Shared by the proxy paths (api/openai.c, api/stream.c): the headers that
+ * name who served, and whether an answer is the node refusing (its
+ * self-check failed, or it refused its token) so another node may serve. */
+void api_served_by(http_req *req, const node_lease *l);
+int api_node_refused(long status, const char *body);
 
 #endif

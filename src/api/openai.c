@@ -1,7 +1,7 @@
 /* api/openai: the OpenAI-compatible calls (chat, completions, embeddings,
  * models).  It validates, waits for a node slot, and forwards the request to
- * the chosen worker: streamed answers relay event by event, and a node that
- * fails before answering is replaced by another without the client noticing. */
+ * the chosen worker (streams through api/stream.c); a node that fails before
+ * answering is replaced by another without the client noticing. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +11,7 @@
 #include "api/errors.h"
 #include "api/validate.h"
 #include "http/client.h"
+#include "api/stream.h"
 #include "http/relay.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -24,11 +25,6 @@ typedef struct tried_nodes {
     int n;
 } tried_nodes;
 
-typedef struct lease_hold {
-    registry *reg;
-    node_lease lease;
-} lease_hold;
-
 /* What the call taught about the node, for its profile (callers skip calls
  * the client left, which teach nothing). */
 static void observe(registry *reg, const node_lease *l, long status, int ok, const char *body, size_t len,
@@ -39,23 +35,10 @@ static void observe(registry *reg, const node_lease *l, long status, int ok, con
     registry_observe(reg, l, ok, &s, mono_ms());
 }
 
-static void release_on_finish(void *ctx, const relay_outcome *o)
-{
-    lease_hold *h = ctx;
-    if (o->upstream_failed) log_warn("stream from %s ended early: %s", h->lease.node_id, o->error);
-    int ok = registry_status_served(o->status) && !o->upstream_failed;
-    if (!o->client_gone) {
-        call_sample s = {.total_ms = o->total_us / 1000.0, .first_byte_ms = o->first_byte_us / 1000.0};
-        registry_observe(h->reg, &h->lease, ok, &s, mono_ms());
-    }
-    registry_release(h->reg, &h->lease, mono_ms(), ok);
-    free(h);
-}
-
 /* Whether the node, not the request, is the problem: its self-check failed
  * (503 not_ready) or it refused the node token (401/403).  Another node may
  * serve the same request. */
-static int node_refused(long status, const char *body)
+int api_node_refused(long status, const char *body)
 {
     if (status == 401 || status == 403) return 1;
     return status == 503 && body && strstr(body, "\"not_ready\"") != NULL;
@@ -88,7 +71,7 @@ static reg_request describe(const char *model, json_t *body, api_kind kind, http
                          .max_tokens = max_tokens, .payload_bytes = (double)len, .priority = prio};
 }
 
-static void served_by(http_req *req, const node_lease *l)
+void api_served_by(http_req *req, const node_lease *l)
 {
     http_set_header(req, "X-Gpupool-Node", l->node_id);
     http_set_header(req, "X-Gpupool-Route", "local");
@@ -102,14 +85,14 @@ static int forward_buffered(coord *c, http_req *req, const http_call_opts *o, co
     http_result res;
     int64_t t0 = mono_us();
     relay_call_buffered(o, req, &res);
-    int ok = registry_status_served(res.status) && !node_refused(res.status, res.body);
+    int ok = registry_status_served(res.status) && !api_node_refused(res.status, res.body);
     if (!http_req_client_gone(req)) observe(c->reg, lease, res.status, ok, res.body, res.body_len, t0, 0);
     registry_release(c->reg, lease, mono_ms(), ok);
     int done = 1;
     if (res.status == 0 && http_req_client_gone(req)) {
         api_error(req, 499, "invalid_request_error", "client_closed", NULL, "the client left");
-    } else if (res.status && !node_refused(res.status, res.body)) {
-        served_by(req, lease);
+    } else if (res.status && !api_node_refused(res.status, res.body)) {
+        api_served_by(req, lease);
         relay_respond_result(req, &res);
     } else {
         snprintf(why, whylen, "%s: %s", lease->node_id, res.status ? "refused the request" : res.error);
@@ -117,52 +100,6 @@ static int forward_buffered(coord *c, http_req *req, const http_call_opts *o, co
         done = 0;
     }
     http_result_free(&res);
-    return done;
-}
-
-static int forward_stream(coord *c, http_req *req, const http_call_opts *o, const node_lease *lease,
-                          char *why, size_t whylen)
-{
-    lease_hold *h = malloc(sizeof *h);
-    h->reg = c->reg;
-    h->lease = *lease;
-    relay *r = relay_start(o, release_on_finish, h);
-    if (!r) {
-        registry_release(c->reg, lease, mono_ms(), 0);
-        free(h);
-        snprintf(why, whylen, "cannot start a thread");
-        return 0;
-    }
-    long status = relay_wait(r, 0, req);
-    if (status == 0 && http_req_client_gone(req)) {
-        relay_abandon(r);
-        api_error(req, 499, "invalid_request_error", "client_closed", NULL, "the client left");
-        return 1;
-    }
-    if (status == 200) {
-        served_by(req, lease);
-        relay_to_client(r, req, 200);
-        return 1;
-    }
-    if (status == 0) {
-        snprintf(why, whylen, "%s: %s", lease->node_id, relay_error(r));
-        registry_mark_unreachable(c->reg, lease->node_id, relay_error(r), mono_ms());
-        relay_abandon(r);
-        return 0;
-    }
-    size_t blen;
-    char ctype[128];
-    snprintf(ctype, sizeof ctype, "%s", relay_content_type(r));
-    char *b = relay_collect(r, 1 << 20, &blen);
-    int done = !node_refused(status, b);
-    if (done) {
-        served_by(req, lease);
-        http_respond(req, (int)status, ctype[0] ? ctype : "application/json", b, blen);
-    } else {
-        snprintf(why, whylen, "%s: refused (%ld)", lease->node_id, status);
-        registry_mark_unreachable(c->reg, lease->node_id, status == 503 ? "self-check failed" : "refused its node token", mono_ms());
-    }
-    free(b);
     return done;
 }
 
@@ -228,7 +165,8 @@ void api_openai_proxy(coord *c, http_req *req, int kind)
         http_call_opts o = {.method = "POST", .url = url, .body = raw, .body_len = len,
                             .bearer = lease.token, .timeout_ms = stream ? 0 : c->cfg.upstream_timeout_ms,
                             .idle_timeout_ms = stream ? c->cfg.upstream_timeout_ms : 0};
-        int done = stream ? forward_stream(c, req, &o, &lease, last_error, sizeof last_error)
+        int done = stream ? api_forward_stream(c, req, &o, &lease, &rq, (api_kind)kind, tried, ntried, last_error,
+                                               sizeof last_error)
                           : forward_buffered(c, req, &o, &lease, last_error, sizeof last_error);
         if (done) return;
         log_warn("request for %s: node %s failed before answering (%s); trying another", model,
@@ -267,11 +205,11 @@ static void fast_done(void *ctx, http_result *res)
 {
     fast_call *f = ctx;
     http_req *req = f->req;
-    int ok = registry_status_served(res->status) && !node_refused(res->status, res->body);
+    int ok = registry_status_served(res->status) && !api_node_refused(res->status, res->body);
     if (!http_req_client_gone(req)) observe(f->c->reg, &f->lease, res->status, ok, res->body, res->body_len, f->started_us, 0);
     registry_release(f->c->reg, &f->lease, mono_ms(), ok);
-    if (res->status && !node_refused(res->status, res->body)) {
-        served_by(req, &f->lease);
+    if (res->status && !api_node_refused(res->status, res->body)) {
+        api_served_by(req, &f->lease);
         relay_respond_result(req, res);
         http_req_complete(req);
     } else if (res->status == 0 && http_req_client_gone(req)) {

@@ -68,6 +68,7 @@ static void usage(FILE *f)
             "                            (default 2; 0 = never)\n"
             "  --hedge-min-ms N          never sooner than this (default 2000)\n"
             "  --retry-backoff-ms N      first delay before a failed task runs again; doubles (default 250)\n"
+            "  --stream-continue on|off  continue a stream that broke after tokens on another node (default on)\n"
             "  --port-file FILE          write the bound port here once listening\n"
             "  --config FILE             read options from FILE (key = value lines)\n");
 }
@@ -128,7 +129,7 @@ static int parse(int argc, char **argv, serve_opts *o)
         {"breaker-cooldown-ms", 1, 0, 'C'}, {"admin-key", 1, 0, 'X'}, {"placement", 1, 0, 'P'},
         {"placement-weights", 1, 0, 'W'}, {"queue-aging-ms", 1, 0, 'g'}, {"key-max-running", 1, 0, 'r'},
         {"key-max-share", 1, 0, 's'}, {"hedge-factor", 1, 0, 'e'}, {"hedge-min-ms", 1, 0, 'E'},
-        {"retry-backoff-ms", 1, 0, 'B'}, {"help", 0, 0, 'H'}, {0, 0, 0, 0}};
+        {"retry-backoff-ms", 1, 0, 'B'}, {"stream-continue", 1, 0, 'S'}, {"help", 0, 0, 'H'}, {0, 0, 0, 0}};
     long v;
     double f;
     char err[200];
@@ -176,6 +177,13 @@ static int parse(int argc, char **argv, serve_opts *o)
         case 'X':
             if (add_key(o, optarg) || o->cc.nadmin >= COORD_MAX_KEYS) { fprintf(stderr, "gpupool serve: too many API keys\n"); return -1; }
             o->cc.admin_keys[o->cc.nadmin++] = strdup(optarg);
+            break;
+        case 'S':
+            if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
+                fprintf(stderr, "gpupool serve: --stream-continue wants on or off\n");
+                return -1;
+            }
+            o->cc.stream_continue = !strcmp(optarg, "on");
             break;
         case 'P':
             if (place_policy_parse(optarg, &o->placement.policy)) {
@@ -238,7 +246,7 @@ int cmd_serve(int argc0, char **argv0)
     serve_opts o = {.listen = "127.0.0.1:8420", .data = "./gpupool-data", .heartbeat_ms = 2000, .missed = 3,
                     .token_ttl_s = 600, .task_timeout_ms = 600000,
                     .cc = {.queue_max = 256, .queue_timeout_ms = 60000, .upstream_timeout_ms = 600000,
-                           .max_attempts = 3},
+                           .max_attempts = 3, .stream_continue = 1},
                     .queue = {.aging_ms = 30000}, .hedge_factor = 2, .hedge_min_ms = 2000, .backoff_ms = 250};
     place_weights_default(&o.placement.w);
     int rc = 2;

@@ -41,6 +41,13 @@ struct relay {
     int64_t t0;
     relay_finish_fn fin;
     void *fin_ctx;
+    /* SSE framing and continuation */
+    int framing;        /* the answer is an event stream: relay whole events only */
+    buf pending;        /* the start of an event not yet complete */
+    relay_resume rs;
+    int continuing;     /* a continuation call runs: its head is not the client's */
+    int cont_refused;   /* the continuation answered something other than 200 */
+    size_t relayed;     /* bytes of whole events handed towards the client */
 };
 
 static void relay_unref(relay *r)
@@ -53,6 +60,7 @@ static void relay_unref(relay *r)
     pthread_cond_destroy(&r->cv);
     buf_free(&r->data);
     buf_free(&r->passthrough);
+    buf_free(&r->pending);
     free(r->url); free(r->body); free(r->bearer); free(r->method); free(r->ctype_in);
     for (char **h = r->headers; h && *h; h++) free(*h);
     free(r->headers);
@@ -83,12 +91,29 @@ static int up_status(void *ctx, long status, const char *ctype, const char *head
 {
     relay *r = ctx;
     pthread_mutex_lock(&r->mu);
+    if (r->continuing) {
+        /* The client has its head already; only a streamed 200 can go on. */
+        r->cont_refused = status != 200 || !strstr(ctype ? ctype : "", "text/event-stream");
+        pthread_mutex_unlock(&r->mu);
+        return r->cont_refused;
+    }
+    r->framing = strstr(ctype ? ctype : "", "text/event-stream") != NULL;
     buf_puts(&r->passthrough, headers);
     r->head = 1;
     r->status = status;
     snprintf(r->ctype, sizeof r->ctype, "%s", ctype);
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
+    return 0;
+}
+
+/* Where the last whole SSE event in p ends (after its blank line), or 0. */
+static size_t events_end(const char *p, size_t n)
+{
+    for (size_t i = n; i >= 2; i--) {
+        if (p[i - 1] == '\n' && p[i - 2] == '\n') return i;
+        if (i >= 4 && p[i - 1] == '\n' && p[i - 2] == '\r' && p[i - 3] == '\n' && p[i - 4] == '\r') return i;
+    }
     return 0;
 }
 
@@ -102,13 +127,30 @@ static int up_data(void *ctx, const char *p, size_t n)
         pthread_cond_timedwait(&r->cv, &r->mu, &ts);
     }
     int gone = r->reader_gone || atomic_load(&aborting);
-    if (!gone) {
+    char *whole = NULL;
+    size_t wlen = 0;
+    if (!gone && r->framing) {
+        buf_append(&r->pending, p, n);
+        wlen = events_end(r->pending.data, r->pending.len);
+        if (wlen) {
+            buf_append(&r->data, r->pending.data, wlen);
+            r->relayed += wlen;
+            if (r->rs.tap && (whole = malloc(wlen))) memcpy(whole, r->pending.data, wlen);
+            buf_consume(&r->pending, wlen);
+        }
+        r->out.bytes += n;
+        pthread_cond_broadcast(&r->cv);
+    } else if (!gone) {
         buf_append(&r->data, p, n);
         r->out.bytes += n;
         pthread_cond_broadcast(&r->cv);
     }
     http_waker *w = r->waker;
     pthread_mutex_unlock(&r->mu);
+    if (whole) {
+        r->rs.tap(r->rs.ctx, whole, wlen);
+        free(whole);
+    }
     http_stream_wake(w);
     return gone;
 }
@@ -122,22 +164,56 @@ static int up_cancelled(void *ctx)
     return gone;
 }
 
+/* After a break: whether to ask for a continuation.  Caller holds mu. */
+static int may_resume(relay *r, int rc)
+{
+    return (rc != 0 || r->cont_refused) && r->rs.resume && r->framing && r->status == 200 && r->relayed > 0 &&
+           !r->reader_gone && !atomic_load(&aborting);
+}
+
 static void *upstream_thread(void *arg)
 {
     relay *r = arg;
     http_stream_cbs cb = {up_status, up_data, up_cancelled, r};
     http_result res;
     int rc = http_call_stream(&r->opts, &cb, &res);
+    for (;;) {
+        pthread_mutex_lock(&r->mu);
+        int again = may_resume(r, rc);
+        pthread_mutex_unlock(&r->mu);
+        http_call_opts next;
+        if (!again || !r->rs.resume(r->rs.ctx, &next, res.error)) break;
+        pthread_mutex_lock(&r->mu);
+        /* The broken event is dropped; an SSE comment (which clients skip)
+         * says where the answer goes on. */
+        buf_reset(&r->pending);
+        buf_printf(&r->data, ": gpupool: the node failed (%.200s); the answer continues on another node\n\n",
+                   res.error[0] ? res.error : "connection lost");
+        r->continuing = 1;
+        r->cont_refused = 0;
+        http_waker *w = r->waker;
+        pthread_mutex_unlock(&r->mu);
+        http_stream_wake(w);
+        http_result_free(&res);
+        next.cancelled = NULL;
+        next.cancel_ctx = NULL;
+        rc = http_call_stream(&next, &cb, &res);
+    }
     pthread_mutex_lock(&r->mu);
     r->ended = 1;
-    r->out.status = res.status;
+    if (!r->continuing) r->out.status = res.status;
     r->out.total_us = mono_us() - r->t0;
-    if (rc != 0) {
+    if (rc != 0 || r->cont_refused) {
         if (r->reader_gone) r->out.client_gone = 1;
         else r->out.upstream_failed = 1;
-        snprintf(r->out.error, sizeof r->out.error, "%s", res.error);
+        snprintf(r->out.error, sizeof r->out.error, "%s",
+                 r->cont_refused ? "the node continuing the stream refused it" : res.error);
     } else if (r->reader_gone) {
         r->out.client_gone = 1;
+    }
+    if (rc == 0 && !r->cont_refused && r->pending.len) {
+        buf_append(&r->data, r->pending.data, r->pending.len); /* a last event without its blank line */
+        buf_reset(&r->pending);
     }
     if (!r->head) r->status = res.status;
     pthread_cond_broadcast(&r->cv);
@@ -157,8 +233,14 @@ static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
 
 relay *relay_start(const http_call_opts *o, relay_finish_fn fin, void *fin_ctx)
 {
+    return relay_start_resumable(o, NULL, fin, fin_ctx);
+}
+
+relay *relay_start_resumable(const http_call_opts *o, const relay_resume *rs, relay_finish_fn fin, void *fin_ctx)
+{
     relay *r = calloc(1, sizeof *r);
     if (!r) return NULL;
+    if (rs) r->rs = *rs;
     pthread_mutex_init(&r->mu, NULL);
     cond_init_monotonic(&r->cv);
     r->refs = 2;

@@ -35,6 +35,20 @@ typedef void (*relay_finish_fn)(void *ctx, const relay_outcome *o);
 /* Starts the call.  Strings in `o` are copied. */
 relay *relay_start(const http_call_opts *o, relay_finish_fn fin, void *fin_ctx);
 
+/* Streams that can carry on elsewhere.  An SSE stream is relayed event by
+ * event, never half an event, so a stream that breaks leaves the client at an
+ * event boundary.  tap sees each run of whole events as it arrives; when the
+ * upstream breaks after events were relayed, resume is asked for a call that
+ * continues the answer (on another node): it fills *next, whose strings it
+ * keeps alive until it is asked again or fin runs, and returns 1; or returns
+ * 0 and the client gets the error event.  Both run on the upstream thread. */
+typedef struct relay_resume {
+    void (*tap)(void *ctx, const char *events, size_t len);
+    int (*resume)(void *ctx, http_call_opts *next, const char *why);
+    void *ctx;
+} relay_resume;
+relay *relay_start_resumable(const http_call_opts *o, const relay_resume *rs, relay_finish_fn fin, void *fin_ctx);
+
 /* Blocks until the upstream answered (head, and with want_body the first body
  * bytes too) or failed.  Returns the HTTP status, or 0 on failure.  When the
  * waiting client (may be NULL) leaves meanwhile, the upstream call is
