@@ -1,6 +1,7 @@
 /* cmd/worker: `gpupool worker`, run on each GPU machine.  Finds the GPUs and
- * engines, starts the simulator when there is no engine, opens the front door
- * for dispatched work and keeps the node registered with the coordinator. */
+ * engines, starts the simulator when there is no engine, takes the owner's
+ * policy, opens the front door for dispatched work and keeps the node
+ * registered with the coordinator. */
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -34,6 +35,8 @@ typedef struct worker_opts {
     const char *engine_cmd;
     long load_timeout_ms;
     long heartbeat_ms, slots;
+    const char *fake_gpu_file, *fake_idle_file;
+    owner_policy owner;
 } worker_opts;
 
 static void usage(FILE *f)
@@ -56,7 +59,17 @@ static void usage(FILE *f)
             "                          {ctx_total} {parallel} {self} are filled in (default: llama-server)\n"
             "  --load-timeout-ms N     longest wait for a started engine to answer (default 120000)\n"
             "  --sim-args \"ARGS\"       options for the simulator (see gpupool sim-engine --help)\n"
+            "  --serve-hours \"[DAYS ]HH:MM-HH:MM\"  serve only then, local time (repeatable or comma\n"
+            "                          separated; DAYS: mon, mon-fri, weekdays, weekends, daily;\n"
+            "                          18:00-08:00 runs past midnight; default any time)\n"
+            "  --max-vram SIZE         the most VRAM this worker's engines may use, e.g. 8G\n"
+            "  --pause-when-user-active S  serve only after S seconds without keyboard or mouse input\n"
+            "                          (reads /dev/input: needs the input group)\n"
+            "  --foreign-vram-tolerance SIZE  VRAM others may take before the node drains (default 512M)\n"
             "  --fake-gpu NAME:TOTAL_GB:FREE_GB  pretend to have this GPU (repeatable)\n"
+            "  --fake-gpu-file FILE    fake GPUs from FILE, read at every heartbeat: lines of\n"
+            "                          NAME:TOTAL_GB:FREE_GB [proc=PID[:USED_GB]]..., or \"lost\"\n"
+            "  --fake-idle-file FILE   seconds since the user's last input, instead of /dev/input\n"
             "  --heartbeat-ms N        heartbeat interval until the coordinator says otherwise (default 2000)\n"
             "  --port-file FILE        write the bound port here once listening\n"
             "  --config FILE           read options from FILE (key = value lines)\n");
@@ -69,7 +82,11 @@ static int parse(int argc, char **argv, worker_opts *o)
         {"listen", 1, 0, 'l'}, {"advertise", 1, 0, 'a'}, {"name", 1, 0, 'n'}, {"engine", 1, 0, 'e'},
         {"slots", 1, 0, 's'}, {"sim-args", 1, 0, 'S'}, {"fake-gpu", 1, 0, 'g'}, {"heartbeat-ms", 1, 0, 'h'},
         {"port-file", 1, 0, 'p'}, {"load", 1, 0, 'L'}, {"engine-cmd", 1, 0, 'C'}, {"load-timeout-ms", 1, 0, 'T'},
+        {"fake-gpu-file", 1, 0, 'f'}, {"serve-hours", 1, 0, 'o'}, {"max-vram", 1, 0, 'm'},
+        {"pause-when-user-active", 1, 0, 'u'}, {"fake-idle-file", 1, 0, 'i'}, {"foreign-vram-tolerance", 1, 0, 'v'},
         {"help", 0, 0, 'H'}, {0, 0, 0, 0}};
+    char err[256];
+    int64_t size;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
@@ -104,12 +121,56 @@ static int parse(int argc, char **argv, worker_opts *o)
         case 'T':
             if (opts_parse_int(optarg, 100, 3600000, &o->load_timeout_ms)) { fprintf(stderr, "gpupool worker: --load-timeout-ms wants 100..3600000\n"); return -1; }
             break;
+        case 'f': o->fake_gpu_file = optarg; break;
+        case 'i': o->fake_idle_file = optarg; break;
+        case 'o':
+            if (owner_parse_hours(optarg, &o->owner, err, sizeof err)) { fprintf(stderr, "gpupool worker: %s\n", err); return -1; }
+            break;
+        case 'm':
+            if ((size = opts_parse_size(optarg)) <= 0) { fprintf(stderr, "gpupool worker: --max-vram wants a size such as 8G\n"); return -1; }
+            o->owner.max_vram_bytes = (uint64_t)size;
+            break;
+        case 'v':
+            if ((size = opts_parse_size(optarg)) < 0) { fprintf(stderr, "gpupool worker: --foreign-vram-tolerance wants a size such as 512M\n"); return -1; }
+            o->owner.tolerance_bytes = (uint64_t)size;
+            break;
+        case 'u': {
+            long secs;
+            if (opts_parse_int(optarg, 1, 604800, &secs)) { fprintf(stderr, "gpupool worker: --pause-when-user-active wants 1..604800 seconds\n"); return -1; }
+            o->owner.pause_active_s = secs;
+            break;
+        }
         case 'H': usage(stdout); exit(0);
         default: usage(stderr); return -1;
         }
     }
     if (optind < argc) { fprintf(stderr, "gpupool worker: unexpected argument '%s'\n", argv[optind]); return -1; }
+    if (o->fake_gpu_file && o->nfakes) { fprintf(stderr, "gpupool worker: --fake-gpu and --fake-gpu-file do not mix\n"); return -1; }
+    if (o->fake_idle_file && !o->owner.pause_active_s)
+        fprintf(stderr, "gpupool worker: --fake-idle-file matters only with --pause-when-user-active\n");
     return 0;
+}
+
+/* One line saying what the owner asked for, so a node that drains can be
+ * understood from its log. */
+static void log_policy(const owner_policy *p)
+{
+    char line[400] = "", piece[160];
+    if (p->nhours) {
+        snprintf(piece, sizeof piece, "; serving hours %s (local time)", p->hours_text);
+        strncat(line, piece, sizeof line - strlen(line) - 1);
+    }
+    if (p->max_vram_bytes) {
+        snprintf(piece, sizeof piece, "; at most %llu MiB of VRAM", (unsigned long long)(p->max_vram_bytes >> 20));
+        strncat(line, piece, sizeof line - strlen(line) - 1);
+    }
+    if (p->pause_active_s) {
+        snprintf(piece, sizeof piece, "; paused until %lld s after the last keyboard or mouse input",
+                 (long long)p->pause_active_s);
+        strncat(line, piece, sizeof line - strlen(line) - 1);
+    }
+    log_info("owner policy: drains while a foreign process or more than %llu MiB of unexplained use is on its "
+             "GPUs%s", (unsigned long long)(p->tolerance_bytes >> 20), line);
 }
 
 static int setup_engines(worker *w, worker_opts *o)
@@ -199,7 +260,8 @@ int cmd_worker(int argc0, char **argv0)
     int argc;
     char **argv = opts_expand_config(argc0, argv0, &argc, err, sizeof err);
     if (!argv) { fprintf(stderr, "gpupool worker: %s\n", err); return 2; }
-    worker_opts o = {.coordinator = "http://127.0.0.1:8420", .listen = "127.0.0.1:8421", .heartbeat_ms = 2000};
+    worker_opts o = {.coordinator = "http://127.0.0.1:8420", .listen = "127.0.0.1:8421", .heartbeat_ms = 2000,
+                     .owner = {.tolerance_bytes = OWNER_DEFAULT_TOLERANCE}};
     static worker w;
     memset(&w, 0, sizeof w);
     pthread_mutex_init(&w.mu, NULL);
@@ -214,9 +276,16 @@ int cmd_worker(int argc0, char **argv0)
     block_stop_signals(&sigs);
     http_client_global_init();
 
-    w.probe = gpu_probe_open(o.nfakes ? o.fakes : NULL, err, sizeof err);
+    w.probe = o.fake_gpu_file ? gpu_probe_open_file(o.fake_gpu_file, err, sizeof err)
+                              : gpu_probe_open(o.nfakes ? o.fakes : NULL, err, sizeof err);
     if (!w.probe) { fprintf(stderr, "gpupool worker: %s\n", err); goto done; }
     log_info("GPUs from %s", gpu_source_name(gpu_probe_source(w.probe)));
+    w.owner = o.owner;
+    if (o.owner.pause_active_s) {
+        w.idle = idle_open(o.fake_idle_file, mono_ms());
+        if (!w.idle) { fprintf(stderr, "gpupool worker: out of memory\n"); goto done; }
+    }
+    log_policy(&w.owner);
     if (setup_engines(&w, &o)) goto done;
 
     http_server_opts ho = {.listen = o.listen, .fast = frontdoor_fast, .handler = frontdoor_handle, .app = &w};
@@ -241,6 +310,7 @@ done:
         free(w.engines[i].managed);
     }
     gpu_probe_close(w.probe);
+    idle_close(w.idle);
     opts_free_argv(argv);
     if (rc == 0) http_client_global_cleanup();
     return rc;

@@ -1,19 +1,155 @@
 /* worker/agent: see agent.h. */
 #include "worker/agent.h"
 
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "http/client.h"
 #include "worker/managed.h"
+#include "worker/procs.h"
 #include "util/clock.h"
 #include "util/ids.h"
 #include "util/log.h"
+
+/* The pid serving an engine we front but did not start, from its port;
+ * looked up again when that process is gone, at most every 10 s. */
+static int adopted_pid(worker *w, int i, const char *url, int64_t now)
+{
+    int pid = w->adopted_pid[i];
+    if (pid > 0 && (kill(pid, 0) == 0 || errno == EPERM)) return pid;
+    if (now - w->adopted_at[i] < 10000 && w->adopted_at[i]) return 0;
+    w->adopted_at[i] = now;
+    int port = procs_loopback_port(url);
+    w->adopted_pid[i] = port ? procs_tcp_listener(port) : 0;
+    if (w->adopted_pid[i]) log_info("the engine at %s is process %d", url, w->adopted_pid[i]);
+    return w->adopted_pid[i];
+}
+
+/* This worker's processes among those on the GPUs: itself, the engines it
+ * started, the ones it fronts, and their children.  /proc is read only for
+ * pids that are not plainly ours. */
+static int own_pids(worker *w, const gpu_info *gpus, int ngpus, int64_t now, int *own)
+{
+    int n = 0;
+    char urls[WORKER_MAX_ENGINES][256];
+    int adopted[WORKER_MAX_ENGINES], nad = 0;
+    own[n++] = (int)getpid();
+    pthread_mutex_lock(&w->mu);
+    for (int i = 0; i < w->nengines; i++) {
+        if (w->engines[i].child > 0) own[n++] = (int)w->engines[i].child;
+        else if (!w->engines[i].managed) {
+            adopted[nad] = i;
+            snprintf(urls[nad++], sizeof urls[0], "%s", w->engines[i].url);
+        }
+    }
+    pthread_mutex_unlock(&w->mu);
+    int roots = n, looked = 0;
+    for (int g = 0; g < ngpus; g++)
+        for (int k = 0; k < gpus[g].nprocs && n < OWNER_MAX_PIDS; k++) {
+            int pid = gpus[g].procs[k].pid, known = 0;
+            for (int j = 0; j < n; j++) known |= own[j] == pid;
+            if (known) continue;
+            if (!looked) {
+                for (int a = 0; a < nad && n < OWNER_MAX_PIDS; a++) {
+                    int ap = adopted_pid(w, adopted[a], urls[a], now);
+                    if (ap > 0) own[n++] = ap;
+                }
+                roots = n;
+                looked = 1;
+                for (int j = 0; j < n; j++) known |= own[j] == pid;
+                if (known) continue;
+            }
+            if (procs_descends_from(pid, own, roots)) own[n++] = pid;
+        }
+    return n;
+}
+
+/* Caller holds mu.  Logs each change of the node's own verdict once. */
+static void note_transitions(worker *w, int lost, const char *lost_why, const owner_verdict *v)
+{
+    if (lost && !w->gpu_lost) log_warn("self-check failed, taking no work: %s", lost_why);
+    if (!lost && w->gpu_lost) log_info("self-check passes again: the GPUs answer");
+    w->gpu_lost = lost;
+    snprintf(w->gpu_lost_reason, sizeof w->gpu_lost_reason, "%s", lost ? lost_why : "");
+    if (v->draining && (!w->draining || v->rule != w->drain_rule))
+        log_warn("draining, taking no new work: %s", v->reason);
+    else if (!v->draining && w->draining)
+        log_info("serving again: no longer %s", w->drain_reason);
+    w->draining = v->draining;
+    w->drain_rule = v->rule;
+    snprintf(w->drain_reason, sizeof w->drain_reason, "%s", v->reason);
+}
+
+/* The self-check and the owner's rules, from a fresh GPU read (ngpus < 0:
+ * it failed with probe_err). */
+static void judge(worker *w, gpu_info *gpus, int ngpus, const char *probe_err)
+{
+    int64_t now = mono_ms();
+    int own[OWNER_MAX_PIDS];
+    int nown = own_pids(w, gpus, ngpus, now, own);
+    owner_input in = {.gpus = gpus, .ngpus = ngpus, .own_pids = own, .nown = nown, .idle_s = -1};
+    pthread_mutex_lock(&w->mu);
+    owner_policy pol = w->owner;
+    pol.settle_ms = 3 * w->heartbeat_ms;
+    for (int i = 0; i < w->nengines; i++) {
+        const managed_spec *m = w->engines[i].managed;
+        if (!m) continue;
+        in.starting |= m->loading;
+        if (w->engines[i].child && w->engines[i].healthy) in.expected_bytes += m->need_bytes;
+    }
+    int seen = w->gpus_seen;
+    pthread_mutex_unlock(&w->mu);
+    char idle_why[200] = "";
+    if (w->idle) in.idle_s = idle_read(w->idle, now, idle_why, sizeof idle_why);
+    in.idle_why = idle_why;
+    /* The owner's hours are local wall time, the one use of it here. */
+    time_t t = time(NULL);
+    struct tm tm;
+    localtime_r(&t, &tm);
+    in.weekday = tm.tm_wday;
+    in.hour = tm.tm_hour;
+    in.minute = tm.tm_min;
+    owner_verdict v;
+    owner_decide(&pol, &in, &w->owner_st, now, &v);
+
+    char lost_why[256] = "";
+    if (ngpus < 0) snprintf(lost_why, sizeof lost_why, "the GPU probe failed: %.200s", probe_err);
+    else if (ngpus < seen) snprintf(lost_why, sizeof lost_why, "only %d of %d GPUs answer", ngpus, seen);
+    pthread_mutex_lock(&w->mu);
+    if (ngpus >= 0) {
+        for (int i = 0; i < ngpus; i++) {
+            w->gpus[i] = gpus[i];
+            w->gpus[i].free_bytes = v.offer_free[i];
+            w->gpus[i].foreign_procs = v.foreign_procs[i];
+        }
+        w->ngpus = ngpus;
+        if (ngpus > w->gpus_seen) w->gpus_seen = ngpus;
+    }
+    note_transitions(w, lost_why[0] != 0, lost_why, &v);
+    pthread_mutex_unlock(&w->mu);
+}
+
+int worker_refuses_work(worker *w, char *why, size_t whylen)
+{
+    pthread_mutex_lock(&w->mu);
+    int refuse = 1;
+    if (w->gpu_lost) snprintf(why, whylen, "this node failed its self-check: %s", w->gpu_lost_reason);
+    else if (w->draining) snprintf(why, whylen, "this node is draining: %s", w->drain_reason);
+    else refuse = 0;
+    pthread_mutex_unlock(&w->mu);
+    return refuse;
+}
 
 void worker_refresh(worker *w)
 {
     gpu_info gpus[GPU_MAX];
     int ngpus = w->probe ? gpu_probe_read(w->probe, gpus, GPU_MAX) : 0;
+    char probe_err[256];
+    snprintf(probe_err, sizeof probe_err, "%s", w->probe ? gpu_probe_error(w->probe) : "");
     engine fresh[WORKER_MAX_ENGINES];
     pthread_mutex_lock(&w->mu);
     int n = w->nengines;
@@ -42,15 +178,13 @@ void worker_refresh(worker *w)
         w->engines[i] = fresh[i];
         w->engines[i].inflight = inflight;
     }
-    if (ngpus >= 0) {
-        memcpy(w->gpus, gpus, sizeof(gpu_info) * (size_t)ngpus);
-        w->ngpus = ngpus;
-    }
     pthread_mutex_unlock(&w->mu);
+    judge(w, gpus, ngpus, probe_err);
 }
 
-/* Stops managed engines idle past their keep-alive.  The processes are
- * ended outside the lock, so requests are not held up meanwhile. */
+/* Stops managed engines idle past their keep-alive, or idle at all while the
+ * node drains, so the owner gets the VRAM back.  The processes are ended
+ * outside the lock, so requests are not held up meanwhile. */
 static void unload_idle(worker *w, int64_t now)
 {
     engine stopping[WORKER_MAX_ENGINES];
@@ -59,8 +193,11 @@ static void unload_idle(worker *w, int64_t now)
     for (int i = 0; i < w->nengines; i++) {
         engine *e = &w->engines[i];
         managed_spec *m = e->managed;
-        if (!m || !e->child || m->loading || e->inflight > 0 || now - m->last_used_ms < m->keep_alive_ms) continue;
-        log_info("stopping the engine for %s: idle for %lld ms", m->name, (long long)(now - m->last_used_ms));
+        if (!m || !e->child || m->loading || e->inflight > 0) continue;
+        if (w->draining) log_info("stopping the engine for %s: the node is draining", m->name);
+        else if (now - m->last_used_ms >= m->keep_alive_ms)
+            log_info("stopping the engine for %s: idle for %lld ms", m->name, (long long)(now - m->last_used_ms));
+        else continue;
         stopping[n++] = *e;
         e->child = 0;
         e->healthy = 0;
@@ -146,8 +283,15 @@ static json_t *report(worker *w)
     }
     json_t *j = json_pack("{s:s, s:s, s:s, s:o, s:o, s:o, s:i, s:b}", "name", w->name, "address", w->address,
                           "fingerprint", w->fingerprint, "gpus", gpus, "engines", engines, "loadable", loadable,
-                          "inflight", w->inflight, "ready", healthy > 0);
-    if (!healthy) json_object_set_new(j, "not_ready_reason", json_string("no engine is answering"));
+                          "inflight", w->inflight, "ready", healthy > 0 && !w->gpu_lost);
+    /* A failed self-check is the stronger word: the node must not look as
+     * if it merely drained. */
+    if (w->gpu_lost) json_object_set_new(j, "not_ready_reason", json_string(w->gpu_lost_reason));
+    else if (!healthy) json_object_set_new(j, "not_ready_reason", json_string("no engine is answering"));
+    if (w->draining && !w->gpu_lost) {
+        json_object_set_new(j, "draining", json_true());
+        json_object_set_new(j, "draining_reason", json_string(w->drain_reason));
+    }
     return j;
 }
 

@@ -3,6 +3,9 @@
  * The agent thread registers with the pool's join token, then heartbeats
  * every interval with the live GPU and engine picture, takes rotated node
  * tokens, and registers again when the coordinator forgets it (a restart).
+ * Before each beat it checks itself: a GPU that no longer answers makes the
+ * node not ready, and the owner's rules (worker/owner) make it drain; either
+ * is reported with its reason and logged once when it starts and ends.
  * The front door (worker/frontdoor.c) reads the same state under its lock. */
 #ifndef GPUPOOL_AGENT_H
 #define GPUPOOL_AGENT_H
@@ -12,6 +15,8 @@
 
 #include "worker/engine.h"
 #include "worker/gpu.h"
+#include "worker/idle.h"
+#include "worker/owner.h"
 
 #define WORKER_MAX_ENGINES 8
 
@@ -29,11 +34,23 @@ typedef struct worker {
     char engine_cmd[1024];      /* template for managed engines */
     int64_t load_timeout_ms;
     pthread_cond_t load_cv;     /* a managed engine finished starting */
+    owner_policy owner;         /* settle_ms is set from the heartbeat interval */
+    idle_source *idle;          /* NULL: the user's activity is not asked about */
+    /* the agent thread's alone */
+    owner_state owner_st;
+    int adopted_pid[WORKER_MAX_ENGINES];  /* listener of an engine we front, 0 unknown */
+    int64_t adopted_at[WORKER_MAX_ENGINES];
     /* live, guarded by mu */
     engine engines[WORKER_MAX_ENGINES];
     int nengines;
-    gpu_info gpus[GPU_MAX];
+    gpu_info gpus[GPU_MAX];     /* free_bytes within the owner's cap */
     int ngpus;
+    int gpus_seen;              /* the most GPUs one read has found */
+    int gpu_lost;               /* self-check: the GPUs do not answer */
+    char gpu_lost_reason[256];
+    int draining;               /* the owner's rules want the machine back */
+    owner_rule drain_rule;
+    char drain_reason[OWNER_REASON_LEN];
     char node_id[40];
     char token[72], prev_token[72];
     int registered;
@@ -54,5 +71,8 @@ void worker_refresh(worker *w);
 int worker_ensure_loaded(worker *w, const char *model, char *why, size_t whylen);
 /* Whether the bearer is this node's current or previous token. */
 int worker_token_ok(worker *w, const char *bearer);
+/* Why this node takes no new work now (its self-check failed, or it
+ * drains), written into why; 0 when it takes work. */
+int worker_refuses_work(worker *w, char *why, size_t whylen);
 
 #endif

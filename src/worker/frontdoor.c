@@ -120,6 +120,13 @@ static int has_managed(worker *w, const char *model)
  * NEEDS_LOAD (only when may_load is 0) when a managed engine must start. */
 static int take_engine(worker *w, http_req *req, char *url, size_t urllen, int *stream, int may_load)
 {
+    /* A draining node still finishes what it runs; new work is refused as
+     * not_ready so the coordinator gives it to another node at once. */
+    char why[300];
+    if (worker_refuses_work(w, why, sizeof why)) {
+        not_ready(req, "%s", why);
+        return -1;
+    }
     size_t len;
     const char *raw = http_req_body(req, &len);
     json_t *body = json_loadb(raw, len, 0, NULL);
@@ -143,7 +150,7 @@ static int take_engine(worker *w, http_req *req, char *url, size_t urllen, int *
         pthread_mutex_unlock(&w->mu);
         if (pick >= 0 || !managed || round > 0) break;
         if (!may_load) { json_decref(body); return NEEDS_LOAD; }
-        char why[300] = "";
+        why[0] = 0;
         if (worker_ensure_loaded(w, model, why, sizeof why) < 0) {
             not_ready(req, "%s", why);
             json_decref(body);

@@ -1,7 +1,8 @@
 /* worker/frontdoor: the worker's HTTP entrance.  Only the coordinator, holding
  * this node's token, may send work.  Before forwarding, the worker checks
- * itself: an engine is up and has the model; otherwise it answers 503 with
- * code "not_ready" so the coordinator tries another node at once. */
+ * itself: its GPUs answer, it is not draining for its owner, and an engine
+ * is up and has the model; otherwise it answers 503 with code "not_ready"
+ * so the coordinator tries another node at once. */
 #ifndef GPUPOOL_FRONTDOOR_H
 #define GPUPOOL_FRONTDOOR_H
 

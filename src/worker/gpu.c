@@ -1,6 +1,6 @@
 /* worker/gpu: see gpu.h.  Owns the NVML binding (loaded at run time so the
  * worker builds and runs on machines without the NVIDIA driver), the
- * nvidia-smi fallback and the fake-GPU specs used by tests and demos. */
+ * nvidia-smi fallback and the fake GPUs used by tests and demos. */
 #include "worker/gpu.h"
 
 #include <ctype.h>
@@ -16,7 +16,6 @@
 #include "util/buf.h"
 #include "util/log.h"
 
-#define GIB 1073741824.0
 #define MIB 1048576ULL
 
 /* ---- NVML, declared by hand so no NVIDIA headers are needed to build ---- */
@@ -26,8 +25,19 @@ typedef struct nvmlDevice_st *nvmlDevice_t;
 typedef struct { unsigned long long total, free, used; } nvmlMemory_t;
 typedef struct { unsigned int gpu, memory; } nvmlUtilization_t;
 
+/* nvmlDeviceGetComputeRunningProcesses (v1) fills the short layout; _v2 and
+ * _v3 both fill nvmlProcessInfo_t, which added the MIG instance ids. */
+typedef struct { unsigned int pid; unsigned long long usedGpuMemory; } nvmlProcessInfo_v1_t;
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId, computeInstanceId;
+} nvmlProcessInfo_t;
+
 enum { NVML_SUCCESS = 0, NVML_ERROR_INSUFFICIENT_SIZE = 7 };
 enum { NVML_TEMPERATURE_GPU = 0 };
+/* What usedGpuMemory holds when the driver cannot tell (WDDM, permissions). */
+#define NVML_VALUE_NOT_AVAILABLE (~0ULL)
 
 typedef struct nvml_api {
     void *dl;
@@ -40,17 +50,20 @@ typedef struct nvml_api {
     nvmlReturn_t (*memory)(nvmlDevice_t, nvmlMemory_t *);
     nvmlReturn_t (*temperature)(nvmlDevice_t, int, unsigned int *);
     nvmlReturn_t (*utilization)(nvmlDevice_t, nvmlUtilization_t *);
-    /* Only the count is used, so the process-info struct layout (which
-     * differs between _v2 and _v3) never matters: infos is always NULL. */
     nvmlReturn_t (*procs)(nvmlDevice_t, unsigned int *, void *);
+    int procs_v1;                       /* procs fills nvmlProcessInfo_v1_t */
+    const char *(*error_string)(nvmlReturn_t);
 } nvml_api;
 
 struct gpu_probe {
     gpu_source src;
     int nfake;
     gpu_info fakes[GPU_MAX];
+    char fake_file[1024];   /* set: the fakes come from this file at every read */
     nvml_api nvml;
+    int nvml_failed;        /* the last read failed: initialise NVML again first */
     char smi_path[4096];
+    char error[256];
 };
 
 static void set_err(char *err, size_t errlen, const char *fmt, ...)
@@ -90,8 +103,11 @@ static int nvml_load(nvml_api *n)
     bad |= nvml_sym(n->dl, "nvmlDeviceGetMemoryInfo", &n->memory);
     bad |= nvml_sym(n->dl, "nvmlDeviceGetTemperature", &n->temperature);
     bad |= nvml_sym(n->dl, "nvmlDeviceGetUtilizationRates", &n->utilization);
-    if (nvml_sym(n->dl, "nvmlDeviceGetComputeRunningProcesses_v3", &n->procs) != 0)
-        nvml_sym(n->dl, "nvmlDeviceGetComputeRunningProcesses_v2", &n->procs);
+    if (nvml_sym(n->dl, "nvmlDeviceGetComputeRunningProcesses_v3", &n->procs) != 0 &&
+        nvml_sym(n->dl, "nvmlDeviceGetComputeRunningProcesses_v2", &n->procs) != 0 &&
+        nvml_sym(n->dl, "nvmlDeviceGetComputeRunningProcesses", &n->procs) == 0)
+        n->procs_v1 = 1;
+    nvml_sym(n->dl, "nvmlErrorString", &n->error_string);
     if (bad) {
         log_debug("gpu: libnvidia-ml lacks a required symbol");
     } else {
@@ -112,14 +128,56 @@ static void nvml_unload(nvml_api *n)
     memset(n, 0, sizeof *n);
 }
 
-static int nvml_read(nvml_api *n, gpu_info *out, int max)
+static const char *nvml_why(const nvml_api *n, nvmlReturn_t rc, char *out, size_t len)
 {
+    const char *s = n->error_string ? n->error_string(rc) : NULL;
+    if (s) snprintf(out, len, "%s (%d)", s, rc);
+    else snprintf(out, len, "error %d", rc);
+    return out;
+}
+
+static void nvml_procs(const nvml_api *n, nvmlDevice_t d, gpu_info *g)
+{
+    g->nprocs = -1;
+    if (!n->procs) return;
+    /* Room for more than we keep, so a busy GPU still lists its first ones.
+     * With more still, the call fails and the list is unknown: the free-VRAM
+     * rule then still sees what they use. */
+    union {
+        nvmlProcessInfo_t v2[GPU_MAX_PROCS * 2];
+        nvmlProcessInfo_v1_t v1[GPU_MAX_PROCS * 2];
+    } infos;
+    unsigned int cnt = GPU_MAX_PROCS * 2;
+    if (n->procs(d, &cnt, &infos) != NVML_SUCCESS) return;
+    g->nprocs = 0;
+    for (unsigned int k = 0; k < cnt && k < GPU_MAX_PROCS * 2 && g->nprocs < GPU_MAX_PROCS; k++) {
+        unsigned int pid = n->procs_v1 ? infos.v1[k].pid : infos.v2[k].pid;
+        unsigned long long used = n->procs_v1 ? infos.v1[k].usedGpuMemory : infos.v2[k].usedGpuMemory;
+        g->procs[g->nprocs].pid = (int)pid;
+        g->procs[g->nprocs].used_bytes = used == NVML_VALUE_NOT_AVAILABLE ? GPU_USED_UNKNOWN : used;
+        g->nprocs++;
+    }
+}
+
+/* A GPU that stops answering (its context gone after a suspend, a driver
+ * reset) fails the whole read, so the worker stops taking work rather than
+ * reporting a GPU that is not there. */
+static int nvml_read(nvml_api *n, gpu_info *out, int max, char *err, size_t errlen)
+{
+    char why[96];
     unsigned int cnt = 0;
-    if (n->count(&cnt) != NVML_SUCCESS) return -1;
+    nvmlReturn_t rc = n->count(&cnt);
+    if (rc != NVML_SUCCESS) {
+        set_err(err, errlen, "nvmlDeviceGetCount failed: %s", nvml_why(n, rc, why, sizeof why));
+        return -1;
+    }
     int got = 0;
     for (unsigned int i = 0; i < cnt && got < max; i++) {
         nvmlDevice_t d;
-        if (n->handle(i, &d) != NVML_SUCCESS) continue;
+        if ((rc = n->handle(i, &d)) != NVML_SUCCESS) {
+            set_err(err, errlen, "GPU %u does not answer: %s", i, nvml_why(n, rc, why, sizeof why));
+            return -1;
+        }
         gpu_info *g = &out[got];
         memset(g, 0, sizeof *g);
         g->index = (int)i;
@@ -130,21 +188,18 @@ static int nvml_read(nvml_api *n, gpu_info *out, int max)
             snprintf(g->uuid, sizeof g->uuid, "GPU-unknown-%u", i);
         g->uuid[sizeof g->uuid - 1] = 0;
         nvmlMemory_t m;
-        if (n->memory(d, &m) == NVML_SUCCESS) {
-            g->total_bytes = m.total;
-            g->free_bytes = m.free;
+        if ((rc = n->memory(d, &m)) != NVML_SUCCESS) {
+            set_err(err, errlen, "GPU %u memory cannot be read: %s", i, nvml_why(n, rc, why, sizeof why));
+            return -1;
         }
+        g->total_bytes = m.total;
+        g->free_bytes = m.free;
         unsigned int t;
         g->temp_c = n->temperature(d, NVML_TEMPERATURE_GPU, &t) == NVML_SUCCESS ? (int)t : -1;
         nvmlUtilization_t u;
         g->util_pct = n->utilization(d, &u) == NVML_SUCCESS ? (int)u.gpu : -1;
-        g->foreign_procs = -1;
-        if (n->procs) {
-            unsigned int pc = 0;
-            nvmlReturn_t rc = n->procs(d, &pc, NULL);
-            if (rc == NVML_SUCCESS) g->foreign_procs = 0;
-            else if (rc == NVML_ERROR_INSUFFICIENT_SIZE) g->foreign_procs = (int)pc;
-        }
+        nvml_procs(n, d, g);
+        g->foreign_procs = g->nprocs;
         got++;
     }
     return got;
@@ -172,20 +227,18 @@ static int find_on_path(const char *prog, char *out, size_t outlen)
     return -1;
 }
 
-static int smi_read(const char *path, gpu_info *out, int max)
+/* Runs nvidia-smi with a query and returns its output (caller frees), or
+ * NULL.  *status is pclose's. */
+static char *smi_run(const char *path, const char *query, int *status)
 {
     /* Single quotes make the found path safe for the shell unless it
      * contains a quote itself, in which case we give up on it. */
-    if (strchr(path, '\'')) return -1;
+    if (strchr(path, '\'')) return NULL;
     char cmd[4352];
-    int n = snprintf(cmd, sizeof cmd,
-                     "'%s' --query-gpu=index,name,uuid,memory.total,memory.free,"
-                     "temperature.gpu,utilization.gpu --format=csv,noheader,nounits"
-                     " 2>/dev/null",
-                     path);
-    if (n < 0 || (size_t)n >= sizeof cmd) return -1;
+    int n = snprintf(cmd, sizeof cmd, "'%s' %s --format=csv,noheader,nounits 2>/dev/null", path, query);
+    if (n < 0 || (size_t)n >= sizeof cmd) return NULL;
     FILE *f = popen(cmd, "r");
-    if (!f) return -1;
+    if (!f) return NULL;
     buf text = {0};
     char chunk[4096];
     size_t r;
@@ -193,13 +246,32 @@ static int smi_read(const char *path, gpu_info *out, int max)
     while ((r = fread(chunk, 1, sizeof chunk, f)) > 0) {
         if (text.len + r > (1u << 20) || buf_append(&text, chunk, r) != 0) { ok = 0; break; }
     }
-    int status = pclose(f);
+    *status = pclose(f);
+    if (!ok) { buf_free(&text); return NULL; }
+    if (!text.data) return strdup("");
+    return text.data;
+}
+
+static int smi_read(const char *path, gpu_info *out, int max, char *err, size_t errlen)
+{
+    int status;
+    char *text = smi_run(path, "--query-gpu=index,name,uuid,memory.total,memory.free,temperature.gpu,utilization.gpu",
+                         &status);
     /* The exit status alone is not trusted: with SIGCHLD ignored pclose
      * reports -1 even on success, and a failing nvidia-smi prints prose that
      * parses to zero GPUs anyway. */
-    int got = ok && text.data ? gpu_parse_smi_csv(text.data, out, max) : 0;
-    buf_free(&text);
-    if (!ok || (got == 0 && status != 0)) return -1;
+    int got = text ? gpu_parse_smi_csv(text, out, max) : 0;
+    free(text);
+    if (!text || (got == 0 && status != 0)) {
+        set_err(err, errlen, "nvidia-smi failed (status %d)", status);
+        return -1;
+    }
+    text = smi_run(path, "--query-compute-apps=pid,used_memory,gpu_uuid", &status);
+    if (text) gpu_parse_smi_apps(text, out, got);
+    else
+        for (int i = 0; i < got; i++) out[i].nprocs = -1;
+    for (int i = 0; i < got; i++) out[i].foreign_procs = out[i].nprocs;
+    free(text);
     return got;
 }
 
@@ -266,8 +338,9 @@ static int smi_line(char *line, gpu_info *g)
     g->temp_c = k == 0 ? (int)lround(v) : -1;
     if ((k = smi_num(f[6], &v)) < 0) return -1;
     g->util_pct = k == 0 ? (int)lround(v) : -1;
-    /* nvidia-smi's GPU query has no per-GPU process count. */
+    /* The GPU query has no processes; the compute-apps query adds them. */
     g->foreign_procs = -1;
+    g->nprocs = -1;
     return 0;
 }
 
@@ -292,115 +365,66 @@ int gpu_parse_smi_csv(const char *text, gpu_info *out, int max)
     return got;
 }
 
-/* ---- fakes ---- */
-
-static int parse_gib(const char *s, const char *what, double *v, char *err, size_t errlen)
+/* "PID, USED_MIB, GPU-UUID"; used may be "[N/A]" (Windows, other users'
+ * processes without the right to see them). */
+static int smi_app_line(char *line, int *pid, uint64_t *used, char **uuid)
 {
+    char *f[3];
+    int nf = 0;
+    char *p = line;
+    for (;;) {
+        if (nf == 3) return -1;
+        f[nf++] = p;
+        char *c = strchr(p, ',');
+        if (!c) break;
+        *c = 0;
+        p = c + 1;
+    }
+    if (nf != 3) return -1;
+    for (int i = 0; i < 3; i++) f[i] = trim(f[i]);
     char *end;
     errno = 0;
-    double d = strtod(s, &end);
-    if (!*s || isspace((unsigned char)*s) || end == s || *end || errno || !isfinite(d)) {
-        set_err(err, errlen, "fake GPU %s \"%s\" is not a number", what, s);
-        return -1;
-    }
-    if (d < 0) {
-        set_err(err, errlen, "fake GPU %s %s is negative", what, s);
-        return -1;
-    }
-    /* 1 PiB: far beyond any GPU, and keeps the byte count well inside int64. */
-    if (d > 1048576.0) {
-        set_err(err, errlen, "fake GPU %s %s GB is too large", what, s);
-        return -1;
-    }
-    *v = d;
+    long v = strtol(f[0], &end, 10);
+    if (end == f[0] || *end || errno || v <= 0 || v > 0x7fffffffL) return -1;
+    *pid = (int)v;
+    double mib;
+    int k = smi_num(f[1], &mib);
+    if (k < 0) return -1;
+    *used = k == 0 ? (uint64_t)llround(mib * (double)MIB) : GPU_USED_UNKNOWN;
+    if (!*f[2]) return -1;
+    *uuid = f[2];
     return 0;
 }
 
-static int parse_fake_at(const char *spec, int index, gpu_info *out, char *err, size_t errlen)
+int gpu_parse_smi_apps(const char *text, gpu_info *gpus, int n)
 {
-    if (!spec || !out) {
-        set_err(err, errlen, "fake GPU spec missing");
-        return -1;
-    }
-    /* Split from the right so a name may itself contain ':'. */
-    const char *c2 = strrchr(spec, ':');
-    const char *c1 = NULL;
-    if (c2)
-        for (const char *q = c2; q > spec;)
-            if (*--q == ':') { c1 = q; break; }
-    if (!c1) {
-        set_err(err, errlen, "fake GPU \"%s\": expected NAME:TOTAL_GB:FREE_GB", spec);
-        return -1;
-    }
-    size_t nlen = (size_t)(c1 - spec);
-    if (nlen == 0) {
-        set_err(err, errlen, "fake GPU \"%s\": name is empty", spec);
-        return -1;
-    }
-    if (nlen >= sizeof out->name) {
-        set_err(err, errlen, "fake GPU name is longer than %zu characters", sizeof out->name - 1);
-        return -1;
-    }
-    for (size_t i = 0; i < nlen; i++)
-        if ((unsigned char)spec[i] < 0x20 || spec[i] == 0x7f) {
-            set_err(err, errlen, "fake GPU name contains a control character");
-            return -1;
+    if (!gpus || n <= 0) return 0;
+    for (int i = 0; i < n; i++) gpus[i].nprocs = 0;
+    int placed = 0;
+    const char *p = text ? text : "";
+    while (*p) {
+        const char *nl = strchr(p, '\n');
+        size_t len = nl ? (size_t)(nl - p) : strlen(p);
+        char line[512];
+        if (len < sizeof line) {
+            memcpy(line, p, len);
+            line[len] = 0;
+            int pid;
+            uint64_t used;
+            char *uuid;
+            char *t = trim(line);
+            if (*t && smi_app_line(t, &pid, &used, &uuid) == 0)
+                for (int i = 0; i < n; i++) {
+                    if (strcmp(gpus[i].uuid, uuid) || gpus[i].nprocs >= GPU_MAX_PROCS) continue;
+                    gpus[i].procs[gpus[i].nprocs++] = (gpu_proc){pid, used};
+                    placed++;
+                    break;
+                }
         }
-    char tot[64], fr[64];
-    size_t tlen = (size_t)(c2 - c1 - 1), flen = strlen(c2 + 1);
-    if (tlen == 0 || flen == 0) {
-        set_err(err, errlen, "fake GPU \"%s\": expected NAME:TOTAL_GB:FREE_GB", spec);
-        return -1;
+        if (!nl) break;
+        p = nl + 1;
     }
-    if (tlen >= sizeof tot || flen >= sizeof fr) {
-        set_err(err, errlen, "fake GPU \"%s\": size is not a number", spec);
-        return -1;
-    }
-    memcpy(tot, c1 + 1, tlen);
-    tot[tlen] = 0;
-    memcpy(fr, c2 + 1, flen);
-    fr[flen] = 0;
-
-    double total, freeg;
-    if (parse_gib(tot, "total", &total, err, errlen) != 0) return -1;
-    if (parse_gib(fr, "free", &freeg, err, errlen) != 0) return -1;
-    if (total <= 0) {
-        set_err(err, errlen, "fake GPU \"%s\": total must be above zero", spec);
-        return -1;
-    }
-    if (freeg > total) {
-        set_err(err, errlen, "fake GPU \"%s\": free %s GB exceeds total %s GB", spec, fr, tot);
-        return -1;
-    }
-
-    memset(out, 0, sizeof *out);
-    out->index = index;
-    memcpy(out->name, spec, nlen);
-    out->name[nlen] = 0;
-    out->total_bytes = (uint64_t)llround(total * GIB);
-    out->free_bytes = (uint64_t)llround(freeg * GIB);
-    out->temp_c = 40;
-    out->util_pct = 0;
-    out->foreign_procs = 0;
-
-    /* The uuid feeds the machine fingerprint, so it must be stable for a
-     * given spec and position, and plain ASCII. */
-    char san[64];
-    size_t k = 0;
-    for (size_t i = 0; i < nlen && k < sizeof san - 1; i++) {
-        unsigned char ch = (unsigned char)out->name[i];
-        if (isalnum(ch)) san[k++] = (char)tolower(ch);
-        else if (k > 0 && san[k - 1] != '-') san[k++] = '-';
-    }
-    while (k > 0 && san[k - 1] == '-') k--;
-    san[k] = 0;
-    snprintf(out->uuid, sizeof out->uuid, "GPU-fake-%d-%s", index, k ? san : "gpu");
-    return 0;
-}
-
-int gpu_parse_fake(const char *spec, gpu_info *out, char *err, size_t errlen)
-{
-    return parse_fake_at(spec, 0, out, err, errlen);
+    return placed;
 }
 
 /* ---- probe ---- */
@@ -420,7 +444,9 @@ gpu_probe *gpu_probe_open(const char *const *fakes, char *err, size_t errlen)
                 free(p);
                 return NULL;
             }
-            if (parse_fake_at(fakes[i], i, &p->fakes[i], err, errlen) != 0) {
+            int k = gpu_parse_fake_line(fakes[i], i, &p->fakes[i], err, errlen);
+            if (k != 1) {
+                if (k == 0 || k == 2) set_err(err, errlen, "fake GPU \"%s\": expected NAME:TOTAL_GB:FREE_GB", fakes[i]);
                 free(p);
                 return NULL;
             }
@@ -437,12 +463,39 @@ gpu_probe *gpu_probe_open(const char *const *fakes, char *err, size_t errlen)
         /* nvidia-smi can be installed while the driver is not loaded; only
          * trust it if it actually reports a GPU. */
         gpu_info tmp[GPU_MAX];
-        if (smi_read(p->smi_path, tmp, GPU_MAX) > 0) {
+        if (smi_read(p->smi_path, tmp, GPU_MAX, NULL, 0) > 0) {
             p->src = GPU_SRC_SMI;
             return p;
         }
     }
     p->src = GPU_SRC_NONE;
+    return p;
+}
+
+gpu_probe *gpu_probe_open_file(const char *path, char *err, size_t errlen)
+{
+    if (err && errlen) err[0] = 0;
+    gpu_probe *p = calloc(1, sizeof *p);
+    if (!p) {
+        set_err(err, errlen, "out of memory");
+        return NULL;
+    }
+    if (!path || strlen(path) >= sizeof p->fake_file) {
+        set_err(err, errlen, "fake GPU file name missing or too long");
+        free(p);
+        return NULL;
+    }
+    snprintf(p->fake_file, sizeof p->fake_file, "%s", path);
+    /* A file that says "lost" is valid: the worker starts and reports it. */
+    gpu_info tmp[GPU_MAX];
+    if (gpu_read_fake_file(path, tmp, GPU_MAX, p->error, sizeof p->error) < 0 &&
+        !strstr(p->error, "marks the GPU lost")) {
+        set_err(err, errlen, "%s", p->error);
+        free(p);
+        return NULL;
+    }
+    p->error[0] = 0;
+    p->src = GPU_SRC_FAKE;
     return p;
 }
 
@@ -469,21 +522,46 @@ const char *gpu_source_name(gpu_source s)
     return "none";
 }
 
+/* After a failed read NVML is initialised again, which is what brings a GPU
+ * back after a driver reset or a resume that lost its context. */
+static int nvml_read_again(gpu_probe *p, gpu_info *out, int max)
+{
+    if (p->nvml_failed) {
+        p->nvml.shutdown();
+        nvmlReturn_t rc = p->nvml.init();
+        if (rc != NVML_SUCCESS) {
+            char why[96];
+            set_err(p->error, sizeof p->error, "NVML cannot start again: %s", nvml_why(&p->nvml, rc, why, sizeof why));
+            return -1;
+        }
+    }
+    int n = nvml_read(&p->nvml, out, max, p->error, sizeof p->error);
+    p->nvml_failed = n < 0;
+    return n;
+}
+
 int gpu_probe_read(gpu_probe *p, gpu_info *out, int max)
 {
     if (!p || !out || max < 0) return -1;
     if (max > GPU_MAX) max = GPU_MAX;
+    p->error[0] = 0;
     switch (p->src) {
     case GPU_SRC_FAKE: {
+        if (p->fake_file[0]) return gpu_read_fake_file(p->fake_file, out, max, p->error, sizeof p->error);
         int n = p->nfake < max ? p->nfake : max;
         memcpy(out, p->fakes, (size_t)n * sizeof *out);
         return n;
     }
-    case GPU_SRC_NVML: return nvml_read(&p->nvml, out, max);
-    case GPU_SRC_SMI: return smi_read(p->smi_path, out, max);
+    case GPU_SRC_NVML: return nvml_read_again(p, out, max);
+    case GPU_SRC_SMI: return smi_read(p->smi_path, out, max, p->error, sizeof p->error);
     case GPU_SRC_NONE: break;
     }
     return 0;
+}
+
+const char *gpu_probe_error(const gpu_probe *p)
+{
+    return p ? p->error : "no GPU probe";
 }
 
 static json_t *int_or_null(int v)
