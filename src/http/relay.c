@@ -48,6 +48,7 @@ struct relay {
     int continuing;     /* a continuation call runs: its head is not the client's */
     int cont_refused;   /* the continuation answered something other than 200 */
     size_t relayed;     /* bytes of whole events handed towards the client */
+    int pass_breaks;    /* cut the client off on a break rather than send an error event */
 };
 
 static void relay_unref(relay *r)
@@ -327,7 +328,7 @@ static ssize_t client_read(void *ctx, char *out, size_t max)
         pthread_cond_broadcast(&r->cv);
     } else if (atomic_load(&aborting)) {
         n = HTTP_STREAM_ERROR;
-    } else if (r->ended && r->out.upstream_failed && strstr(r->ctype, "text/event-stream")) {
+    } else if (r->ended && r->out.upstream_failed && strstr(r->ctype, "text/event-stream") && !r->pass_breaks) {
         if (r->error_sent) {
             n = HTTP_STREAM_END;
         } else {
@@ -355,6 +356,13 @@ static void client_done(void *ctx)
     relay *r = ctx;
     mark_gone(r);
     relay_unref(r);
+}
+
+void relay_pass_breaks(relay *r)
+{
+    pthread_mutex_lock(&r->mu);
+    r->pass_breaks = 1;
+    pthread_mutex_unlock(&r->mu);
 }
 
 void relay_to_client(relay *r, http_req *client, int status)

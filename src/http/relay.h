@@ -57,6 +57,10 @@ long relay_wait(relay *r, int want_body, http_req *client);
 const char *relay_error(relay *r);
 const char *relay_content_type(relay *r);
 
+/* A break upstream reaches the client as a break (its connection is cut)
+ * instead of an error event: for the worker's front door, whose client is
+ * the coordinator, which decides whether the answer can go on elsewhere. */
+void relay_pass_breaks(relay *r);
 /* Hands the stream to the client with the given status; the relay is then
  * owned by the client connection. */
 void relay_to_client(relay *r, http_req *client, int status);

@@ -12,7 +12,8 @@
  *
  * divided by the success rate over the last hour (raised to `success`) and
  * multiplied up for a hot or throttled GPU.  Unmeasured figures fall back to
- * the pool's figures for the model.  A node qualifies when it is ready, was
+ * the pool's best figures for the model, with a small edge so that a node
+ * not yet measured gets tried.  A node qualifies when it is ready, was
  * not tried already for this request, has a free slot, and serves the model
  * or can start it within its free VRAM (the planner's need).  When a busy
  * node would still finish much sooner than any free one, the request waits

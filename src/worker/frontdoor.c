@@ -77,7 +77,9 @@ static void forward_stream(worker *w, http_req *req, const http_call_opts *o, in
         not_ready(req, "%s", "cannot start the engine call");
         return;
     }
-    long status = relay_wait(r, 0, req);
+    /* Wait for the first event: an engine that dies before its first token
+     * is then a not_ready answer the coordinator can retry elsewhere. */
+    long status = relay_wait(r, 1, req);
     if (status == 0) {
         char why[256];
         snprintf(why, sizeof why, "%s", relay_error(r));
@@ -88,6 +90,7 @@ static void forward_stream(worker *w, http_req *req, const http_call_opts *o, in
         }
         return;
     }
+    relay_pass_breaks(r);
     relay_to_client(r, req, (int)status);
 }
 

@@ -143,6 +143,13 @@ static void pick_uses_measured_speed(void **state)
     rq.prior_tps = 200;
     assert_int_equal(placement_pick(&cfg, &rq, c, 2, NULL), 0);
     assert_true(placement_service_ms(&rq, &c[0]) < 600);
+    /* a node not measured yet gets tried before an equal one already known */
+    place_candidate d[] = {
+        NODE(.id = "a-known", .has_model = 1, .slots = 4, .ttft_ms = 100, .tps = 50),
+        NODE(.id = "b-new", .has_model = 1, .slots = 4),
+    };
+    place_request pr = {.max_tokens = 100, .prior_ttft_ms = 100, .prior_tps = 50};
+    assert_int_equal(placement_pick(&cfg, &pr, d, 2, NULL), 1);
 }
 
 static void pick_penalises_failures_heat_and_slow_links(void **state)
