@@ -3,7 +3,6 @@
 
 #include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
 /* Aging may lift a task past every class, so that it cannot starve. */
 #define MAX_AGED_PRIORITY 1000
@@ -22,7 +21,6 @@ typedef struct keyed {
     int prio;
     double est;
     int64_t enq;
-    const char *id;
 } keyed;
 
 static int cmp(const void *a, const void *b)
@@ -31,7 +29,8 @@ static int cmp(const void *a, const void *b)
     if (x->prio != y->prio) return x->prio > y->prio ? -1 : 1;
     if (x->est != y->est) return x->est < y->est ? -1 : 1;
     if (x->enq != y->enq) return x->enq < y->enq ? -1 : 1;
-    return strcmp(x->id ? x->id : "", y->id ? y->id : "");
+    /* Then as given: the store lists them oldest first. */
+    return x->idx < y->idx ? -1 : x->idx > y->idx;
 }
 
 size_t queue_order(const queue_cfg *cfg, const queue_item *items, size_t n, int64_t now, size_t *order)
@@ -50,7 +49,7 @@ size_t queue_order(const queue_cfg *cfg, const queue_item *items, size_t n, int6
         if (items[i].not_before_ms > now) continue;
         double est = items[i].est_ms;
         k[m++] = (keyed){i, queue_effective_priority(cfg, &items[i], now), isfinite(est) && est > 0 ? est : 0,
-                         items[i].enqueued_ms, items[i].id};
+                         items[i].enqueued_ms};
     }
     qsort(k, m, sizeof *k, cmp);
     for (size_t i = 0; i < m; i++) order[i] = k[i].idx;

@@ -4,7 +4,8 @@
  * Priority classes first (0-9, higher first).  Waiting lifts a task one class
  * per `aging_ms`, so a steady stream of urgent work cannot starve the rest.
  * Within a class the shortest estimated job goes first (from its prompt and
- * max_tokens and the pool's measured speed), then the oldest.  A task backing
+ * max_tokens and the pool's measured speed), then the oldest (and among
+ * equals, the order given, which is the store's: oldest first).  A task backing
  * off after a failure is not offered until its time comes.
  *
  * Per-key fairness: an API key may have at most `key_max_running` tasks
