@@ -149,6 +149,42 @@ int engine_parse_slots(const char *text, int *total, int *busy)
     return 0;
 }
 
+/* The value of every sample of metric `name` (any labels), summed; -1 when
+ * there is none. */
+static double metric_sum(const char *text, const char *name)
+{
+    size_t nl = strlen(name);
+    double sum = -1;
+    for (const char *line = text; line && *line;) {
+        const char *end = strchr(line, '\n');
+        if (!strncmp(line, name, nl) && (line[nl] == ' ' || line[nl] == '{')) {
+            const char *v = line + nl;
+            if (*v == '{') v = strchr(v, '}');
+            if (v && (!end || v < end)) {
+                char *stop;
+                double x = strtod(v + (*v == '}'), &stop);
+                if (stop != v + (*v == '}')) sum = (sum < 0 ? 0 : sum) + x;
+            }
+        }
+        line = end ? end + 1 : NULL;
+    }
+    return sum;
+}
+
+int engine_parse_metrics(const char *text, int *running, int *waiting)
+{
+    static const char *names[][2] = {{"llamacpp:requests_processing", "llamacpp:requests_deferred"},
+                                     {"vllm:num_requests_running", "vllm:num_requests_waiting"}};
+    for (size_t i = 0; text && i < 2; i++) {
+        double r = metric_sum(text, names[i][0]), w = metric_sum(text, names[i][1]);
+        if (r < 0 && w < 0) continue;
+        *running = r > 0 ? (int)(r + 0.5) : 0;
+        *waiting = w > 0 ? (int)(w + 0.5) : 0;
+        return 0;
+    }
+    return -1;
+}
+
 static int get(const char *base, const char *path, long timeout_ms, http_result *res)
 {
     char url[384];
@@ -175,9 +211,21 @@ void engine_refresh(const engine *e, engine *out)
     http_result_free(&res);
     out->slots = e->default_slots;
     out->slots_busy = e->inflight;
-    if (out->healthy && e->kind != ENGINE_OLLAMA && get(e->url, "/slots", 1000, &res) == 0) {
+    out->queued = 0;
+    /* Ollama reports no load of its own; the pool counts its calls there. */
+    if (!out->healthy || e->kind == ENGINE_OLLAMA) return;
+    int have_slots = 0;
+    if (get(e->url, "/slots", 1000, &res) == 0) {
         int t, b;
-        if (engine_parse_slots(res.body, &t, &b) == 0 && t > 0) { out->slots = t; out->slots_busy = b; }
+        if (engine_parse_slots(res.body, &t, &b) == 0 && t > 0) { out->slots = t; out->slots_busy = b; have_slots = 1; }
+    }
+    http_result_free(&res);
+    if (get(e->url, "/metrics", 1000, &res) == 0) {
+        int running, waiting;
+        if (engine_parse_metrics(res.body, &running, &waiting) == 0) {
+            out->queued = waiting;
+            if (!have_slots) out->slots_busy = running;
+        }
     }
     http_result_free(&res);
 }
@@ -201,10 +249,10 @@ json_t *engine_json(const engine *e)
                          "model", e->managed->name, "need_bytes", (json_int_t)e->managed->need_bytes, "ctx",
                          e->managed->ctx, "parallel", e->managed->parallel);
     }
-    return json_pack("{s:s, s:s, s:b, s:o, s:i, s:i, s:i, s:b, s:s?}", "kind", engine_kind_name(e->kind), "url",
+    return json_pack("{s:s, s:s, s:b, s:o, s:i, s:i, s:i, s:i, s:b, s:s?}", "kind", engine_kind_name(e->kind), "url",
                      e->url, "healthy", e->healthy, "models", models, "slots", e->slots, "slots_busy",
-                     e->slots_busy, "inflight", e->inflight, "simulated", e->kind == ENGINE_SIM, "error",
-                     e->error[0] ? e->error : NULL);
+                     e->slots_busy, "queued", e->queued, "inflight", e->inflight, "simulated", e->kind == ENGINE_SIM,
+                     "error", e->error[0] ? e->error : NULL);
 }
 
 int engine_autodetect(engine *e)

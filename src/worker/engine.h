@@ -22,6 +22,7 @@ typedef struct engine {
     char models[ENGINE_MAX_MODELS][128];
     int nmodels;
     int slots, slots_busy;  /* slots from /slots when the engine has it */
+    int queued;             /* requests the engine holds waiting (its /metrics) */
     int default_slots;
     int inflight;
     /* ENGINE_MANAGED: started for one model on first use, stopped when idle
@@ -46,6 +47,11 @@ json_t *engine_json(const engine *e);
 int engine_parse_models(engine_kind k, const char *json, char (*models)[128], int max);
 /* llama-server /slots: an array of {"is_processing":bool} (or "state"). */
 int engine_parse_slots(const char *json, int *total, int *busy);
+/* Prometheus text from /metrics: llama-server's llamacpp:requests_processing
+ * and llamacpp:requests_deferred, or vLLM's vllm:num_requests_running and
+ * vllm:num_requests_waiting (summed over their labels).  Returns 0 when it
+ * found either pair, -1 otherwise. */
+int engine_parse_metrics(const char *text, int *running, int *waiting);
 
 /* Looks for a running engine on this machine's usual ports (llama-server
  * 8080, vLLM 8000, Ollama 11434).  Returns 0 and fills e when one answers. */

@@ -2,6 +2,7 @@
  * faster node, failed attempts go to another node, slow attempts are hedged,
  * priorities jump the queue, per-key limits hold, and the admin verbs drain,
  * undrain and forget nodes. */
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -317,6 +318,75 @@ static void admin_verbs_drain_undrain_forget(void **state)
     assert_int_not_equal(cli(p, "drain no-such-node --api-key boss-key", "no node"), 0);
 }
 
+
+typedef struct direct_call { h_pool *p; char url[256]; } direct_call;
+static void *call_engine_directly(void *arg)
+{
+    direct_call *d = arg;
+    h_resp r;
+    h_request(d->p, "POST", d->url,
+              "{\"model\":\"sim-llama-8b\",\"max_tokens\":40,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+              NULL, &r);
+    h_resp_free(&r);
+    return NULL;
+}
+
+typedef struct busy_engine { h_pool *p; const char *name; } busy_engine;
+static int engine_reports_load(void *ctx)
+{
+    busy_engine *b = ctx;
+    char id[64];
+    h_node_field(b->p, "name", b->name, "id", id, sizeof id);
+    h_resp r;
+    h_request(b->p, "GET", "/v1/nodes", NULL, NULL, &r);
+    int busy = 0;
+    size_t i;
+    json_t *n;
+    json_array_foreach(json_object_get(r.json, "data"), i, n)
+        if (!strcmp(json_string_value(json_object_get(n, "id")), id))
+            busy = (int)(json_integer_value(json_object_get(n, "engine_busy")) +
+                         json_integer_value(json_object_get(n, "engine_queued")));
+    h_resp_free(&r);
+    return busy >= 3;
+}
+
+/* Someone uses node a's engine directly, bypassing the pool: the load its
+ * engine reports steers the pool's requests to node b. */
+static void engine_load_from_outside_steers_work_away(void **state)
+{
+    h_pool *p = *state;
+    h_start_coordinator(p, NULL);
+    /* more free VRAM: without the load signal it would win every tie */
+    h_start_worker(p, "shared", "--ttft-ms%205%20--tps%2020%20--slots%202", "--fake-gpu RTX%204090:24:22");
+    h_start_worker(p, "quiet", "--ttft-ms%205%20--tps%2020%20--slots%202", NULL);
+    char id[64];
+    h_node_field(p, "name", "shared", "id", id, sizeof id);
+    h_resp r;
+    h_request(p, "GET", "/v1/nodes", NULL, NULL, &r);
+    direct_call d = {.p = p};
+    size_t i;
+    json_t *n;
+    json_array_foreach(json_object_get(r.json, "data"), i, n)
+        if (!strcmp(json_string_value(json_object_get(n, "id")), id))
+            snprintf(d.url, sizeof d.url, "%s/v1/chat/completions",
+                     json_string_value(json_object_get(json_array_get(json_object_get(n, "engines"), 0), "url")));
+    h_resp_free(&r);
+    assert_true(d.url[0]);
+    pthread_t t[4];
+    for (int k = 0; k < 4; k++) pthread_create(&t[k], NULL, call_engine_directly, &d);
+    busy_engine be = {p, "shared"};
+    assert_true(h_wait_until(engine_reports_load, &be, 10000));
+    for (int k = 0; k < 3; k++) {
+        h_request(p, "POST", "/v1/chat/completions", CHAT, NULL, &r);
+        assert_int_equal(r.status, 200);
+        char node[64], name[64];
+        h_header(&r, "X-Gpupool-Node", node, sizeof node);
+        assert_string_equal(node_name_of(p, node, name, sizeof name), "quiet");
+        h_resp_free(&r);
+    }
+    for (int k = 0; k < 4; k++) pthread_join(t[k], NULL);
+}
+
 int main(void)
 {
     h_apply_filter();
@@ -327,6 +397,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(high_priority_jumps_the_queue, setup, teardown),
         cmocka_unit_test_setup_teardown(per_key_limit_holds, setup, teardown),
         cmocka_unit_test_setup_teardown(admin_verbs_drain_undrain_forget, setup, teardown),
+        cmocka_unit_test_setup_teardown(engine_load_from_outside_steers_work_away, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -97,6 +97,31 @@ static void engine_slots(void **state)
     assert_int_equal(engine_parse_slots("{\"error\":\"slots disabled\"}", &t, &b), -1);
 }
 
+static void engine_metrics(void **state)
+{
+    (void)state;
+    int run = -1, wait = -1;
+    const char *llama = "# HELP llamacpp:requests_processing Number of requests processing.\n"
+                        "# TYPE llamacpp:requests_processing gauge\n"
+                        "llamacpp:requests_processing 3\n"
+                        "llamacpp:requests_deferred 2\n";
+    assert_int_equal(engine_parse_metrics(llama, &run, &wait), 0);
+    assert_int_equal(run, 3);
+    assert_int_equal(wait, 2);
+    /* vLLM labels every sample; several models or engines add up */
+    const char *vllm = "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
+                       "vllm:num_requests_running{engine=\"0\",model_name=\"qwen\"} 4.0\n"
+                       "vllm:num_requests_running{engine=\"1\",model_name=\"qwen\"} 1.0\n"
+                       "vllm:num_requests_waiting{engine=\"0\",model_name=\"qwen\"} 7.0\n"
+                       "vllm:num_requests_waiting_total 99\n";
+    assert_int_equal(engine_parse_metrics(vllm, &run, &wait), 0);
+    assert_int_equal(run, 5);
+    assert_int_equal(wait, 7);
+    assert_int_equal(engine_parse_metrics("go_goroutines 12\n", &run, &wait), -1);
+    assert_int_equal(engine_parse_metrics("", &run, &wait), -1);
+    assert_int_equal(engine_parse_metrics(NULL, &run, &wait), -1);
+}
+
 static void engine_specs(void **state)
 {
     (void)state;
@@ -247,6 +272,7 @@ int main(void)
         cmocka_unit_test(kinds_map_to_paths),
         cmocka_unit_test(engine_model_lists),
         cmocka_unit_test(engine_slots),
+        cmocka_unit_test(engine_metrics),
         cmocka_unit_test(engine_specs),
         cmocka_unit_test(managed_engine_command),
         cmocka_unit_test(cidr_ranges),
