@@ -18,6 +18,7 @@ typedef struct coord_cfg {
     char *admin_keys[COORD_MAX_KEYS]; /* also in api_keys; may drain and forget nodes */
     int nadmin;
     int queue_max;             /* requests that may wait for a slot */
+    int64_t task_queue_max;    /* async tasks that may be queued */
     int64_t queue_timeout_ms;  /* how long a request waits for a slot */
     int64_t upstream_timeout_ms;
     int max_attempts;          /* nodes tried per request / task */
@@ -64,5 +65,8 @@ void api_plan(coord *c, http_req *req);
  * self-check failed, or it refused its token) so another node may serve. */
 void api_served_by(http_req *req, const node_lease *l);
 int api_node_refused(long status, const char *body);
+/* Retry-After for a 429: when the pool should have drained `waiting`
+ * requests ahead, at its rate of the last minute. */
+void api_retry_after(coord *c, http_req *req, int64_t waiting);
 
 #endif

@@ -44,13 +44,14 @@ int api_node_refused(long status, const char *body)
     return status == 503 && body && strstr(body, "\"not_ready\"") != NULL;
 }
 
-static void retry_after(coord *c, http_req *req)
+void api_retry_after(coord *c, http_req *req, int64_t waiting)
 {
+    /* When the pool should have drained what is ahead, at its rate of the
+     * last minute. */
     double rate = registry_drain_rate(c->reg, mono_ms());
-    int waiting = registry_waiters(c->reg);
-    double secs = rate > 0 ? ceil((waiting + 1) / rate) : 5;
+    double secs = rate > 0 ? ceil((double)(waiting + 1) / rate) : 5;
     if (secs < 1) secs = 1;
-    if (secs > 120) secs = 120;
+    if (secs > 600) secs = 600;
     char v[16];
     snprintf(v, sizeof v, "%d", (int)secs);
     http_set_header(req, "Retry-After", v);
@@ -148,7 +149,7 @@ void api_openai_proxy(coord *c, http_req *req, int kind)
             return;
         }
         if (w == REG_QUEUE_FULL) {
-            retry_after(c, req);
+            api_retry_after(c, req, registry_waiters(c->reg));
             api_error(req, 429, "rate_limit_error", "queue_full", NULL,
                       "all nodes serving '%s' are busy and the queue is full; retry later", model);
             return;
@@ -179,7 +180,7 @@ void api_openai_proxy(coord *c, http_req *req, int kind)
         api_server_error(req, 502, "no_node_answered", "no node could serve '%s' (tried %d): %s", model, ntried,
                          last_error);
     } else {
-        retry_after(c, req);
+        api_retry_after(c, req, registry_waiters(c->reg));
         api_server_error(req, 503, "no_capacity", "no node could take a request for '%s' within %lld ms", model,
                          (long long)c->cfg.queue_timeout_ms);
     }

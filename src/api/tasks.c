@@ -108,6 +108,13 @@ void api_tasks_create(coord *c, http_req *req)
                   "the model '%s' is not served by any node in the pool", json_string_value(model));
         goto out;
     }
+    int64_t counts[5];
+    if (store_task_counts(c->st, counts) == STORE_OK && counts[0] >= c->cfg.task_queue_max) {
+        api_retry_after(c, req, counts[0]);
+        api_error(req, 429, "rate_limit_error", "queue_full", NULL,
+                  "%lld tasks are queued, the most this pool holds; retry later", (long long)counts[0]);
+        goto out;
+    }
     size_t len;
     const char *raw = http_req_body(req, &len);
     char hash[65], id[64], existing[64] = "";

@@ -46,6 +46,7 @@ static void usage(FILE *f)
             "  --max-body SIZE           largest request body (default 8M)\n"
             "  --queue-max N             requests that may wait for a slot (default 256)\n"
             "  --queue-timeout-ms N      how long a request waits for a slot (default 60000)\n"
+            "  --task-queue-max N        async tasks that may be queued; more get 429 (default 100000)\n"
             "  --upstream-timeout-ms N   longest wait for a node's answer (default 600000)\n"
             "  --heartbeat-ms N          worker heartbeat interval (default 2000)\n"
             "  --missed-heartbeats N     offline after this many missed beats (default 3)\n"
@@ -129,7 +130,7 @@ static int parse(int argc, char **argv, serve_opts *o)
         {"breaker-cooldown-ms", 1, 0, 'C'}, {"admin-key", 1, 0, 'X'}, {"placement", 1, 0, 'P'},
         {"placement-weights", 1, 0, 'W'}, {"queue-aging-ms", 1, 0, 'g'}, {"key-max-running", 1, 0, 'r'},
         {"key-max-share", 1, 0, 's'}, {"hedge-factor", 1, 0, 'e'}, {"hedge-min-ms", 1, 0, 'E'},
-        {"retry-backoff-ms", 1, 0, 'B'}, {"stream-continue", 1, 0, 'S'}, {"help", 0, 0, 'H'}, {0, 0, 0, 0}};
+        {"retry-backoff-ms", 1, 0, 'B'}, {"task-queue-max", 1, 0, 'Y'}, {"stream-continue", 1, 0, 'S'}, {"help", 0, 0, 'H'}, {0, 0, 0, 0}};
     long v;
     double f;
     char err[200];
@@ -168,6 +169,7 @@ static int parse(int argc, char **argv, serve_opts *o)
         INTOPT('r', o->queue.key_max_running, 0, 1000000, "--key-max-running")
         INTOPT('E', o->hedge_min_ms, 1, 86400000, "--hedge-min-ms")
         INTOPT('B', o->backoff_ms, 1, 600000, "--retry-backoff-ms")
+        INTOPT('Y', o->cc.task_queue_max, 1, 100000000, "--task-queue-max")
 #undef INTOPT
 #define DBLOPT(ch, field, lo, hi, name) \
         case ch: if (parse_double(optarg, lo, hi, &f)) { fprintf(stderr, "gpupool serve: %s wants a number from %g to %g\n", name, (double)lo, (double)hi); return -1; } field = f; break;
@@ -246,7 +248,7 @@ int cmd_serve(int argc0, char **argv0)
     serve_opts o = {.listen = "127.0.0.1:8420", .data = "./gpupool-data", .heartbeat_ms = 2000, .missed = 3,
                     .token_ttl_s = 600, .task_timeout_ms = 600000,
                     .cc = {.queue_max = 256, .queue_timeout_ms = 60000, .upstream_timeout_ms = 600000,
-                           .max_attempts = 3, .stream_continue = 1},
+                           .max_attempts = 3, .stream_continue = 1, .task_queue_max = 100000},
                     .queue = {.aging_ms = 30000}, .hedge_factor = 2, .hedge_min_ms = 2000, .backoff_ms = 250};
     place_weights_default(&o.placement.w);
     int rc = 2;

@@ -387,6 +387,36 @@ static void engine_load_from_outside_steers_work_away(void **state)
     for (int k = 0; k < 4; k++) pthread_join(t[k], NULL);
 }
 
+
+/* The task queue is bounded: past --task-queue-max the answer is 429 with a
+ * Retry-After, and what was accepted still runs. */
+static void task_queue_is_bounded(void **state)
+{
+    h_pool *p = *state;
+    h_start_coordinator(p, "--task-queue-max 2");
+    h_start_worker(p, "only", "--ttft-ms%205%20--tps%20200", NULL);
+    /* drained, so the queue only fills */
+    assert_int_equal(cli(p, "drain only", "draining"), 0);
+    char *a = submit(p, TASK(5, 3)), *b = submit(p, TASK(5, 3));
+    h_resp r;
+    h_request(p, "POST", "/v1/tasks", TASK(5, 3), NULL, &r);
+    assert_int_equal(r.status, 429);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(r.json, "error"), "code")), "queue_full");
+    char ra[16];
+    assert_non_null(h_header(&r, "Retry-After", ra, sizeof ra));
+    assert_true(atoi(ra) >= 1);
+    h_resp_free(&r);
+    assert_int_equal(cli(p, "undrain only", "undrained"), 0);
+    json_t *t = final(p, a);
+    assert_string_equal(json_string_value(json_object_get(t, "status")), "succeeded");
+    json_decref(t);
+    t = final(p, b);
+    assert_string_equal(json_string_value(json_object_get(t, "status")), "succeeded");
+    json_decref(t);
+    free(a);
+    free(b);
+}
+
 int main(void)
 {
     h_apply_filter();
@@ -398,6 +428,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(per_key_limit_holds, setup, teardown),
         cmocka_unit_test_setup_teardown(admin_verbs_drain_undrain_forget, setup, teardown),
         cmocka_unit_test_setup_teardown(engine_load_from_outside_steers_work_away, setup, teardown),
+        cmocka_unit_test_setup_teardown(task_queue_is_bounded, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
