@@ -586,15 +586,35 @@ int store_task_queued(store *s, queued_task *out, int max) {
     return n;
 }
 
-int store_task_hedge(store *s, const char *id, const char *node, int64_t now_ms, int *attempt) {
+int store_task_end_attempt(store *s, const char *id, int attempt, const char *code, const char *message,
+                           int64_t now_ms) {
+    if (!s) return STORE_ERR;
+    if (!id) return STORE_NOT_FOUND;
+    pthread_mutex_lock(&s->mu);
+    int rc = begin(s);
+    if (rc == STORE_OK) rc = end_attempt(s, id, attempt, now_ms, code ? code : "ended", message);
+    rc = end_tx(s, rc);
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+/* Opens the next attempt of a task on node: a queued task is claimed
+ * (-> running), a running one gets a second attempt beside the first. */
+static int open_attempt(store *s, const char *id, const char *node, int64_t now_ms, int from, int *attempt) {
     if (!s) return STORE_ERR;
     if (!id) return STORE_NOT_FOUND;
     pthread_mutex_lock(&s->mu);
     int status = -1, attempts = 0;
     int rc = begin(s);
     if (rc == STORE_OK) rc = task_state(s, id, &status, &attempts);
-    if (rc == STORE_OK && status != Q_RUNNING) rc = STORE_STALE;
-    if (rc == STORE_OK) {
+    if (rc == STORE_OK && status != from) rc = STORE_STALE;
+    if (rc == STORE_OK && from == Q_QUEUED) {
+        sqlite3_stmt *st = ps(s, ST_CLAIM);
+        bt(st, 1, id);
+        bt(st, 2, node);
+        sqlite3_bind_int64(st, 3, now_ms);
+        rc = run_st(s, st, "claim task");
+    } else if (rc == STORE_OK) {
         sqlite3_stmt *st = ps(s, ST_HEDGE);
         bt(st, 1, id);
         rc = run_st(s, st, "hedge task");
@@ -613,45 +633,12 @@ int store_task_hedge(store *s, const char *id, const char *node, int64_t now_ms,
     return rc;
 }
 
-int store_task_end_attempt(store *s, const char *id, int attempt, const char *code, const char *message,
-                           int64_t now_ms) {
-    if (!s) return STORE_ERR;
-    if (!id) return STORE_NOT_FOUND;
-    pthread_mutex_lock(&s->mu);
-    int rc = begin(s);
-    if (rc == STORE_OK) rc = end_attempt(s, id, attempt, now_ms, code ? code : "ended", message);
-    rc = end_tx(s, rc);
-    pthread_mutex_unlock(&s->mu);
-    return rc;
+int store_task_claim(store *s, const char *id, const char *node, int64_t now_ms, int *attempt) {
+    return open_attempt(s, id, node, now_ms, Q_QUEUED, attempt);
 }
 
-int store_task_claim(store *s, const char *id, const char *node, int64_t now_ms, int *attempt) {
-    if (!s) return STORE_ERR;
-    if (!id) return STORE_NOT_FOUND;
-    pthread_mutex_lock(&s->mu);
-    int status = -1, attempts = 0;
-    int rc = begin(s);
-    if (rc == STORE_OK) rc = task_state(s, id, &status, &attempts);
-    if (rc == STORE_OK && status != Q_QUEUED) rc = STORE_STALE;
-    if (rc == STORE_OK) {
-        sqlite3_stmt *st = ps(s, ST_CLAIM);
-        bt(st, 1, id);
-        bt(st, 2, node);
-        sqlite3_bind_int64(st, 3, now_ms);
-        rc = run_st(s, st, "claim task");
-    }
-    if (rc == STORE_OK) {
-        sqlite3_stmt *st = ps(s, ST_ATT_NEW);
-        bt(st, 1, id);
-        sqlite3_bind_int(st, 2, attempts + 1);
-        bt(st, 3, node);
-        sqlite3_bind_int64(st, 4, now_ms);
-        rc = run_st(s, st, "record attempt");
-    }
-    rc = end_tx(s, rc);
-    if (rc == STORE_OK && attempt) *attempt = attempts + 1;
-    pthread_mutex_unlock(&s->mu);
-    return rc;
+int store_task_hedge(store *s, const char *id, const char *node, int64_t now_ms, int *attempt) {
+    return open_attempt(s, id, node, now_ms, Q_RUNNING, attempt);
 }
 
 /* Writes a final outcome once: the task must be queued or running and

@@ -93,6 +93,21 @@ static void dump_log(const h_proc *proc)
     fclose(f);
 }
 
+h_pool *h_pool_new(const char *test_name)
+{
+    h_pool *p = calloc(1, sizeof *p);
+    if (!p) abort();
+    h_pool_init(p, test_name);
+    return p;
+}
+
+int h_pool_teardown(void **state)
+{
+    int problems = h_pool_cleanup(*state);
+    free(*state);
+    return problems;
+}
+
 int h_pool_cleanup(h_pool *p)
 {
     int problems = 0;

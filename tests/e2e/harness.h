@@ -45,6 +45,11 @@ typedef struct h_resp {
 void h_apply_filter(void);
 /* A fresh temporary directory for one test's pool. */
 void h_pool_init(h_pool *p, const char *test_name);
+/* A pool allocated and initialised, for a cmocka setup. */
+h_pool *h_pool_new(const char *test_name);
+/* A cmocka teardown for a pool from h_pool_new: cleans up, frees, and fails
+ * the test on the problems h_pool_cleanup reports. */
+int h_pool_teardown(void **state);
 /* Stops every process and removes the directory.  Returns how many problems
  * it saw: a process that would not stop cleanly, or a sanitizer report. */
 int h_pool_cleanup(h_pool *p);

@@ -7,17 +7,9 @@
 
 static int setup(void **state)
 {
-    h_pool *p = calloc(1, sizeof *p);
-    h_pool_init(p, "auth");
+    h_pool *p = h_pool_new("auth");
     *state = p;
     return 0;
-}
-
-static int teardown(void **state)
-{
-    int problems = h_pool_cleanup(*state);
-    free(*state);
-    return problems;
 }
 
 typedef struct log_ctx { h_proc *proc; const char *text; } log_ctx;
@@ -144,11 +136,11 @@ int main(void)
 {
     h_apply_filter();
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(wrong_join_token_refused, setup, teardown),
-        cmocka_unit_test_setup_teardown(stolen_node_token_refused, setup, teardown),
-        cmocka_unit_test_setup_teardown(client_api_keys, setup, teardown),
-        cmocka_unit_test_setup_teardown(beyond_loopback_needs_keys, setup, teardown),
-        cmocka_unit_test_setup_teardown(address_allowlist, setup, teardown),
+        cmocka_unit_test_setup_teardown(wrong_join_token_refused, setup, h_pool_teardown),
+        cmocka_unit_test_setup_teardown(stolen_node_token_refused, setup, h_pool_teardown),
+        cmocka_unit_test_setup_teardown(client_api_keys, setup, h_pool_teardown),
+        cmocka_unit_test_setup_teardown(beyond_loopback_needs_keys, setup, h_pool_teardown),
+        cmocka_unit_test_setup_teardown(address_allowlist, setup, h_pool_teardown),
     };
     return cmocka_run_group_tests_name("e2e_auth", tests, NULL, NULL);
 }

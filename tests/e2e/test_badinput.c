@@ -8,19 +8,11 @@
 
 static int setup(void **state)
 {
-    h_pool *p = calloc(1, sizeof *p);
-    h_pool_init(p, "badinput");
+    h_pool *p = h_pool_new("badinput");
     h_start_coordinator(p, "--max-body 64K");
     h_start_worker(p, "machine-a", "--ttft-ms%200%20--tps%200", NULL);
     *state = p;
     return 0;
-}
-
-static int teardown(void **state)
-{
-    int problems = h_pool_cleanup(*state);
-    free(*state);
-    return problems;
 }
 
 /* Sends body to path and checks status, error code and (optionally) param. */
@@ -147,5 +139,5 @@ int main(void)
         cmocka_unit_test(oversized_body),
         cmocka_unit_test(nothing_lost_and_still_up),
     };
-    return cmocka_run_group_tests_name("e2e_badinput", tests, setup, teardown);
+    return cmocka_run_group_tests_name("e2e_badinput", tests, setup, h_pool_teardown);
 }

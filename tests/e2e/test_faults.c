@@ -11,17 +11,9 @@
                   "[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":30}}"
 #define SIM_ARGS "--ttft-ms%2010%20--tps%2030%20--slots%201"
 
-static int teardown(void **state)
-{
-    int problems = h_pool_cleanup(*state);
-    free(*state);
-    return problems;
-}
-
 static int setup(void **state)
 {
-    h_pool *p = calloc(1, sizeof *p);
-    h_pool_init(p, "faults");
+    h_pool *p = h_pool_new("faults");
     *state = p;
     return 0;
 }
@@ -400,15 +392,15 @@ int main(void)
 {
     h_apply_filter();
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(worker_killed_mid_task, setup, teardown),
-        cmocka_unit_test_setup_teardown(coordinator_killed_and_restarted, setup, teardown),
-        cmocka_unit_test_setup_teardown(sleeping_worker_goes_offline, setup, teardown),
-        cmocka_unit_test_setup_teardown(stream_cut_gets_error_event, setup, teardown),
-        cmocka_unit_test_setup_teardown(full_queue_answers_429, setup, teardown),
-        cmocka_unit_test_setup_teardown(dead_engine_fails_self_check, setup, teardown),
-        cmocka_unit_test_setup_teardown(unreachable_node_is_replaced, setup, teardown),
-        cmocka_unit_test_setup_teardown(stream_survives_node_dying_before_first_token, setup, teardown),
-        cmocka_unit_test_setup_teardown(stream_cut_continues_on_another_node, setup, teardown),
+        cmocka_unit_test_setup_teardown(worker_killed_mid_task, setup, h_pool_teardown),
+        cmocka_unit_test_setup_teardown(coordinator_killed_and_restarted, setup, h_pool_teardown),
+        cmocka_unit_test_setup_teardown(sleeping_worker_goes_offline, setup, h_pool_teardown),
+        cmocka_unit_test_setup_teardown(stream_cut_gets_error_event, setup, h_pool_teardown),
+        cmocka_unit_test_setup_teardown(full_queue_answers_429, setup, h_pool_teardown),
+        cmocka_unit_test_setup_teardown(dead_engine_fails_self_check, setup, h_pool_teardown),
+        cmocka_unit_test_setup_teardown(unreachable_node_is_replaced, setup, h_pool_teardown),
+        cmocka_unit_test_setup_teardown(stream_survives_node_dying_before_first_token, setup, h_pool_teardown),
+        cmocka_unit_test_setup_teardown(stream_cut_continues_on_another_node, setup, h_pool_teardown),
     };
     return cmocka_run_group_tests_name("e2e_faults", tests, NULL, NULL);
 }

@@ -21,17 +21,9 @@
 #define GPU_FREE "RTX 3060:12:10\n"
 #define GPU_TAKEN "RTX 3060:12:6 proc=2999999:4\n"
 
-static int teardown(void **state)
-{
-    int problems = h_pool_cleanup(*state);
-    free(*state);
-    return problems;
-}
-
 static int setup(void **state)
 {
-    h_pool *p = calloc(1, sizeof *p);
-    h_pool_init(p, "owner");
+    h_pool *p = h_pool_new("owner");
     *state = p;
     return 0;
 }
@@ -308,10 +300,10 @@ int main(void)
 {
     h_apply_filter();
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(foreign_process_drains_within_a_heartbeat, setup, teardown),
-        cmocka_unit_test_setup_teardown(lost_gpu_fails_the_self_check, setup, teardown),
-        cmocka_unit_test_setup_teardown(owner_policy_from_a_config_file, setup, teardown),
-        cmocka_unit_test_setup_teardown(serving_hours, setup, teardown),
+        cmocka_unit_test_setup_teardown(foreign_process_drains_within_a_heartbeat, setup, h_pool_teardown),
+        cmocka_unit_test_setup_teardown(lost_gpu_fails_the_self_check, setup, h_pool_teardown),
+        cmocka_unit_test_setup_teardown(owner_policy_from_a_config_file, setup, h_pool_teardown),
+        cmocka_unit_test_setup_teardown(serving_hours, setup, h_pool_teardown),
     };
     return cmocka_run_group_tests_name("owner", tests, NULL, NULL);
 }

@@ -12,8 +12,7 @@
 
 static int setup(void **state)
 {
-    h_pool *p = calloc(1, sizeof *p);
-    h_pool_init(p, "plan");
+    h_pool *p = h_pool_new("plan");
     char args[512];
     snprintf(args, sizeof args, "--models-dir %s/models", p->dir);
     char models[300];
@@ -22,13 +21,6 @@ static int setup(void **state)
     h_start_coordinator(p, args);
     *state = p;
     return 0;
-}
-
-static int teardown(void **state)
-{
-    int problems = h_pool_cleanup(*state);
-    free(*state);
-    return problems;
 }
 
 /* The JSON the CLI printed into its log. */
@@ -113,5 +105,5 @@ int main(void)
         cmocka_unit_test(gguf_file_in_models_dir),
         cmocka_unit_test(refusals),
     };
-    return cmocka_run_group_tests_name("e2e_plan", tests, setup, teardown);
+    return cmocka_run_group_tests_name("e2e_plan", tests, setup, h_pool_teardown);
 }

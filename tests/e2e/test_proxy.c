@@ -13,20 +13,12 @@
 
 static int setup(void **state)
 {
-    h_pool *p = calloc(1, sizeof *p);
-    h_pool_init(p, "proxy");
+    h_pool *p = h_pool_new("proxy");
     h_start_coordinator(p, "--queue-timeout-ms 20000");
     h_start_worker(p, "machine-a", "--ttft-ms%2020%20--tps%20200%20--slots%202", NULL);
     h_start_worker(p, "machine-b", "--ttft-ms%2020%20--tps%20200%20--slots%202", NULL);
     *state = p;
     return 0;
-}
-
-static int teardown(void **state)
-{
-    int problems = h_pool_cleanup(*state);
-    free(*state);
-    return problems;
 }
 
 static void chat_without_stream(void **state)
@@ -258,5 +250,5 @@ int main(void)
         cmocka_unit_test(client_disconnect_cancels_upstream),
         cmocka_unit_test(client_disconnect_cancels_buffered_call),
     };
-    return cmocka_run_group_tests_name("e2e_proxy", tests, setup, teardown);
+    return cmocka_run_group_tests_name("e2e_proxy", tests, setup, h_pool_teardown);
 }

@@ -15,17 +15,9 @@
     "[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":" #tokens "}}"
 #define CHAT "{\"model\":\"sim-llama-8b\",\"max_tokens\":20,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}"
 
-static int teardown(void **state)
-{
-    int problems = h_pool_cleanup(*state);
-    free(*state);
-    return problems;
-}
-
 static int setup(void **state)
 {
-    h_pool *p = calloc(1, sizeof *p);
-    h_pool_init(p, "sched");
+    h_pool *p = h_pool_new("sched");
     *state = p;
     return 0;
 }
@@ -421,14 +413,14 @@ int main(void)
 {
     h_apply_filter();
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(faster_node_gets_the_work, setup, teardown),
-        cmocka_unit_test_setup_teardown(failed_attempts_retry_on_another_node, setup, teardown),
-        cmocka_unit_test_setup_teardown(slow_attempt_is_hedged_elsewhere, setup, teardown),
-        cmocka_unit_test_setup_teardown(high_priority_jumps_the_queue, setup, teardown),
-        cmocka_unit_test_setup_teardown(per_key_limit_holds, setup, teardown),
-        cmocka_unit_test_setup_teardown(admin_verbs_drain_undrain_forget, setup, teardown),
-        cmocka_unit_test_setup_teardown(engine_load_from_outside_steers_work_away, setup, teardown),
-        cmocka_unit_test_setup_teardown(task_queue_is_bounded, setup, teardown),
+        cmocka_unit_test_setup_teardown(faster_node_gets_the_work, setup, h_pool_teardown),
+        cmocka_unit_test_setup_teardown(failed_attempts_retry_on_another_node, setup, h_pool_teardown),
+        cmocka_unit_test_setup_teardown(slow_attempt_is_hedged_elsewhere, setup, h_pool_teardown),
+        cmocka_unit_test_setup_teardown(high_priority_jumps_the_queue, setup, h_pool_teardown),
+        cmocka_unit_test_setup_teardown(per_key_limit_holds, setup, h_pool_teardown),
+        cmocka_unit_test_setup_teardown(admin_verbs_drain_undrain_forget, setup, h_pool_teardown),
+        cmocka_unit_test_setup_teardown(engine_load_from_outside_steers_work_away, setup, h_pool_teardown),
+        cmocka_unit_test_setup_teardown(task_queue_is_bounded, setup, h_pool_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

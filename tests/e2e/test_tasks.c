@@ -11,20 +11,12 @@
 
 static int setup(void **state)
 {
-    h_pool *p = calloc(1, sizeof *p);
-    h_pool_init(p, "tasks");
+    h_pool *p = h_pool_new("tasks");
     h_start_coordinator(p, NULL);
     h_start_worker(p, "machine-a", "--ttft-ms%2010%20--tps%20500%20--slots%201", NULL);
     h_start_worker(p, "machine-b", "--ttft-ms%2010%20--tps%20500%20--slots%201", NULL);
     *state = p;
     return 0;
-}
-
-static int teardown(void **state)
-{
-    int problems = h_pool_cleanup(*state);
-    free(*state);
-    return problems;
 }
 
 static void lifecycle(void **state)
@@ -126,12 +118,14 @@ static void cancel(void **state)
     long st;
     char *long1 = h_submit_task(p, TASK("sim-llama-8b", 100000), NULL, &st);
     char *long2 = h_submit_task(p, TASK("sim-llama-8b", 100000), NULL, &st);
+    /* Both running first: queued together with them, the short tasks would
+     * go ahead of the second long one (shortest job first). */
+    assert_true(h_wait_until(two_running, p, 10000));
     char *queued = h_submit_task(p, TASK("sim-llama-8b", 2), NULL, &st);
     char *behind = h_submit_task(p, TASK("sim-llama-8b", 2), NULL, &st);
     char path[256];
     h_resp r;
     /* While both slots are busy the later task waits behind the earlier one. */
-    assert_true(h_wait_until(two_running, p, 10000));
     snprintf(path, sizeof path, "/v1/tasks/%s", behind);
     h_request(p, "GET", path, NULL, NULL, &r);
     assert_string_equal(json_string_value(json_object_get(r.json, "status")), "queued");
@@ -179,5 +173,5 @@ int main(void)
         cmocka_unit_test(idempotency),
         cmocka_unit_test(cancel),
     };
-    return cmocka_run_group_tests_name("e2e_tasks", tests, setup, teardown);
+    return cmocka_run_group_tests_name("e2e_tasks", tests, setup, h_pool_teardown);
 }

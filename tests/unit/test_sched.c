@@ -325,21 +325,28 @@ static void admin_drain_undrain_and_forget(void **state)
     registry_free(r);
 }
 
+/* A heartbeat of node id on FP_A with extra fields merged into the report. */
+static void beat_with(registry *r, const char *id, const char *token, int seq, int64_t now, json_t *extra)
+{
+    json_t *req = report(FP_A, "m", 2), *resp = NULL;
+    json_object_set_new(req, "node_id", json_string(id));
+    json_object_set_new(req, "seq", json_integer(seq));
+    json_object_update(req, extra);
+    json_decref(extra);
+    char why[200];
+    assert_int_equal(registry_heartbeat(r, token, req, "127.0.0.1", now, &resp, why, sizeof why), 200);
+    json_decref(req);
+    json_decref(resp);
+}
+
 static void worker_draining_reason_shown(void **state)
 {
     (void)state;
     registry *r = new_registry();
     char a[64], ta[80];
     join(r, FP_A, 0, a, ta);
-    json_t *req = report(FP_A, "m", 2), *resp = NULL;
-    json_object_set_new(req, "node_id", json_string(a));
-    json_object_set_new(req, "seq", json_integer(2));
-    json_object_set_new(req, "draining", json_true());
-    json_object_set_new(req, "draining_reason", json_string("a foreign process (pid 42) is using GPU 0"));
-    char why[200];
-    assert_int_equal(registry_heartbeat(r, ta, req, "127.0.0.1", 10, &resp, why, sizeof why), 200);
-    json_decref(req);
-    json_decref(resp);
+    beat_with(r, a, ta, 2, 10,
+              json_pack("{s:b, s:s}", "draining", 1, "draining_reason", "a foreign process (pid 42) is using GPU 0"));
     node_lease l;
     assert_int_equal(registry_acquire(r, RQ("m"), NULL, 0, &l), PLACE_UNAVAILABLE);
     json_t *nodes = registry_nodes_json(r, 10);
@@ -403,14 +410,8 @@ static void cold_starts_counted(void **state)
     registry *r = new_registry();
     char a[64], ta[80];
     join(r, FP_A, 0, a, ta);
-    json_t *req = report(FP_A, "m", 2), *resp = NULL;
-    json_object_set_new(req, "node_id", json_string(a));
-    json_object_set_new(req, "seq", json_integer(2));
-    json_object_set_new(req, "loadable", json_pack("[{s:s, s:I}]", "model", "big", "need_bytes", (json_int_t)40));
-    char why[200];
-    assert_int_equal(registry_heartbeat(r, ta, req, "127.0.0.1", 10, &resp, why, sizeof why), 200);
-    json_decref(req);
-    json_decref(resp);
+    beat_with(r, a, ta, 2, 10,
+              json_pack("{s:[{s:s, s:I}]}", "loadable", "model", "big", "need_bytes", (json_int_t)40));
     node_lease l;
     assert_int_equal(registry_acquire(r, RQ("m"), NULL, 0, &l), PLACE_OK);
     assert_false(l.cold);
