@@ -26,6 +26,7 @@ typedef struct exec {
     int attempt, max_attempts;
     int hedge;         /* this attempt was started beside a slow one */
     int hedged;        /* a second attempt was started beside this one */
+    int64_t hedge_next_ms; /* when to look for a node to hedge on again */
     char *body;
     api_kind kind;
     node_lease lease;
@@ -415,10 +416,12 @@ static void hedge_slow(dispatcher *d)
         if (e->hedge || e->hedged || e->cancel != CANCEL_NONE || e->attempt >= e->max_attempts) continue;
         double limit = d->cfg.hedge_factor * e->lease.est_ms;
         if (limit < d->cfg.hedge_min_ms) limit = (double)d->cfg.hedge_min_ms;
-        if (now - e->started_ms < limit) continue;
+        if (now - e->started_ms < limit || now < e->hedge_next_ms) continue;
         snprintf(ids[n], sizeof ids[n], "%s", e->task_id);
         snprintf(nodes[n], sizeof nodes[n], "%s", e->lease.node_id);
-        e->hedged = 1; /* one try per attempt; a busy pool does not make it retry every pass */
+        /* A busy pool may have no node for it now: look again in a second,
+         * not on every pass. */
+        e->hedge_next_ms = now + 1000;
         n++;
     }
     pthread_mutex_unlock(&d->mu);
@@ -449,6 +452,8 @@ static void hedge_slow(dispatcher *d)
         }
         pthread_mutex_lock(&d->mu);
         d->hedges++;
+        for (exec *x = d->running; x; x = x->next)
+            if (x != e && !strcmp(x->task_id, ids[i]) && !x->hedge) x->hedged = 1;
         pthread_mutex_unlock(&d->mu);
         log_warn("task %s: attempt on %s is slow; attempt %d started on %s, the first result wins", ids[i],
                  nodes[i], attempt, lease.node_id);
