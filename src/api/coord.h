@@ -17,6 +17,8 @@ typedef struct coord_cfg {
     int nkeys;
     char *admin_keys[COORD_MAX_KEYS]; /* also in api_keys; may drain and forget nodes */
     int nadmin;
+    char *private_keys[COORD_MAX_KEYS]; /* also in api_keys; their requests are private by default */
+    int nprivate;
     int queue_max;             /* requests that may wait for a slot */
     int64_t task_queue_max;    /* async tasks that may be queued */
     int64_t queue_timeout_ms;  /* how long a request waits for a slot */
@@ -31,6 +33,7 @@ typedef struct coord {
     store *st;
     registry *reg;
     dispatcher *disp;
+    const struct detect_rules *rules; /* sensitive-data detectors (policy/detect) */
     int64_t started_mono;
 } coord;
 
@@ -43,6 +46,8 @@ void coord_observe(http_req *req, int status, int64_t dur_us, void *app);
 /* Who made the request, for per-key limits: "key-" and a digest of its API
  * key, or "" without keys. */
 void coord_owner(coord *c, http_req *req, char out[40]);
+/* Whether the request's API key makes it private by default. */
+int coord_key_private(coord *c, http_req *req);
 
 /* Handlers, one file each (api/openai.c, api/tasks.c, api/nodes.c). */
 void api_openai_proxy(coord *c, http_req *req, int kind);
@@ -63,7 +68,7 @@ void api_plan(coord *c, http_req *req);
 /* Shared by the proxy paths (api/openai.c, api/stream.c): the headers that
  * name who served, and whether an answer is the node refusing (its
  * self-check failed, or it refused its token) so another node may serve. */
-void api_served_by(http_req *req, const node_lease *l);
+void api_served_by(http_req *req, const node_lease *l, const char *private_rule);
 int api_node_refused(long status, const char *body);
 /* Retry-After for a 429: when the pool should have drained `waiting`
  * requests ahead, at its rate of the last minute. */

@@ -12,6 +12,7 @@
 #include "api/validate.h"
 #include "http/client.h"
 #include "api/stream.h"
+#include "policy/classify.h"
 #include "http/relay.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -59,29 +60,78 @@ void api_retry_after(coord *c, http_req *req, int64_t waiting)
 
 
 
-/* What placement needs from the request: its size, its answer's length and
- * its priority (X-Gpupool-Priority, 0-9, default 5). */
-static reg_request describe(const char *model, json_t *body, api_kind kind, http_req *req)
+/* A request read, validated and classified: what placement needs (its size,
+ * its answer's length, its priority from X-Gpupool-Priority, 0-9, default 5,
+ * and whether it must stay on trusted capacity). */
+typedef struct prepared {
+    json_t *body;
+    char model[256];
+    int stream;
+    classification cls;
+    reg_request rq;
+} prepared;
+
+/* Returns 0, or -1 after answering the client (and then owns nothing). */
+static int prepare(coord *c, http_req *req, api_kind kind, prepared *p)
 {
+    memset(p, 0, sizeof *p);
+    json_t *body = api_read_json_object(req);
+    if (!body) return -1;
+    api_invalid why;
+    if (api_validate_body(kind, body, &why)) {
+        api_bad_request(req, why.code, why.param[0] ? why.param : NULL, "%s", why.message);
+        json_decref(body);
+        return -1;
+    }
+    snprintf(p->model, sizeof p->model, "%s", json_string_value(json_object_get(body, "model")));
+    p->stream = json_is_true(json_object_get(body, "stream"));
+    if (classify_request(c->rules, body, http_req_header(req, "X-Gpupool-Sensitivity"), coord_key_private(c, req),
+                         &p->cls)) {
+        api_bad_request(req, "invalid_value", "X-Gpupool-Sensitivity",
+                        "X-Gpupool-Sensitivity must be \"private\" or \"normal\"");
+        json_decref(body);
+        return -1;
+    }
+    if (!registry_model_known(c->reg, p->model)) {
+        api_error(req, 404, "invalid_request_error", "model_not_found", "model",
+                  "the model '%s' is not served by any node in the pool", p->model);
+        json_decref(body);
+        return -1;
+    }
+    if (p->cls.is_private && !registry_model_trusted(c->reg, p->model)) {
+        api_server_error(req, 503, "no_trusted_capacity",
+                         "the request is private (%s) and no trusted node serves '%s'; it was not sent anywhere",
+                         p->cls.rule, p->model);
+        json_decref(body);
+        return -1;
+    }
     size_t len;
     http_req_body(req, &len);
-    const char *p = http_req_header(req, "X-Gpupool-Priority");
-    int prio = p && p[0] >= '0' && p[0] <= '9' && !p[1] ? p[0] - '0' : 5;
-    double max_tokens = kind == KIND_EMBEDDING ? 1 : api_requested_max_tokens(body);
-    return (reg_request){.model = model, .prompt_tokens = api_estimate_prompt_tokens(body),
-                         .max_tokens = max_tokens, .payload_bytes = (double)len, .priority = prio};
+    const char *prio = http_req_header(req, "X-Gpupool-Priority");
+    p->rq = (reg_request){.model = p->model, .prompt_tokens = api_estimate_prompt_tokens(body),
+                          .max_tokens = kind == KIND_EMBEDDING ? 1 : api_requested_max_tokens(body),
+                          .payload_bytes = (double)len,
+                          .priority = prio && prio[0] >= '0' && prio[0] <= '9' && !prio[1] ? prio[0] - '0' : 5,
+                          .trusted_only = p->cls.is_private};
+    p->body = body;
+    return 0;
 }
 
-void api_served_by(http_req *req, const node_lease *l)
+void api_served_by(http_req *req, const node_lease *l, const char *private_rule)
 {
     http_set_header(req, "X-Gpupool-Node", l->node_id);
-    http_set_header(req, "X-Gpupool-Route", "local");
+    char route[128];
+    if (l->external) snprintf(route, sizeof route, "cloud; reason=external backend %s", l->node_id);
+    else if (private_rule && *private_rule) snprintf(route, sizeof route, "local; reason=private (%s)", private_rule);
+    else snprintf(route, sizeof route, "local; reason=pool");
+    http_set_header(req, "X-Gpupool-Route", route);
+    if (private_rule && *private_rule) http_set_header(req, "X-Gpupool-Sensitivity", "private");
 }
 
 /* Each forward_* returns 1 when the client has its answer (or has left), 0
  * when the node failed before answering and another node may be tried. */
 static int forward_buffered(coord *c, http_req *req, const http_call_opts *o, const node_lease *lease,
-                            char *why, size_t whylen)
+                            const char *private_rule, char *why, size_t whylen)
 {
     http_result res;
     int64_t t0 = mono_us();
@@ -93,7 +143,7 @@ static int forward_buffered(coord *c, http_req *req, const http_call_opts *o, co
     if (res.status == 0 && http_req_client_gone(req)) {
         api_error(req, 499, "invalid_request_error", "client_closed", NULL, "the client left");
     } else if (res.status && !api_node_refused(res.status, res.body)) {
-        api_served_by(req, lease);
+        api_served_by(req, lease, private_rule);
         relay_respond_result(req, &res);
     } else {
         snprintf(why, whylen, "%s: %s", lease->node_id, res.status ? "refused the request" : res.error);
@@ -106,25 +156,14 @@ static int forward_buffered(coord *c, http_req *req, const http_call_opts *o, co
 
 void api_openai_proxy(coord *c, http_req *req, int kind)
 {
-    json_t *body = api_read_json_object(req);
-    if (!body) return;
-    api_invalid why;
-    if (api_validate_body((api_kind)kind, body, &why)) {
-        api_bad_request(req, why.code, why.param[0] ? why.param : NULL, "%s", why.message);
-        json_decref(body);
-        return;
-    }
-    char model[256];
-    snprintf(model, sizeof model, "%s", json_string_value(json_object_get(body, "model")));
-    int stream = json_is_true(json_object_get(body, "stream"));
-    reg_request rq = describe(model, body, (api_kind)kind, req);
-    json_decref(body);
-
-    if (!registry_model_known(c->reg, model)) {
-        api_error(req, 404, "invalid_request_error", "model_not_found", "model",
-                  "the model '%s' is not served by any node in the pool", model);
-        return;
-    }
+    prepared pr;
+    if (prepare(c, req, (api_kind)kind, &pr)) return;
+    json_decref(pr.body);
+    const char *model = pr.model;
+    int stream = pr.stream;
+    reg_request rq = pr.rq;
+    rq.model = pr.model;
+    const char *private_rule = pr.cls.is_private ? pr.cls.rule : NULL;
     size_t len;
     const char *raw = http_req_body(req, &len);
     const char *tried[MAX_TRIES];
@@ -166,9 +205,9 @@ void api_openai_proxy(coord *c, http_req *req, int kind)
         http_call_opts o = {.method = "POST", .url = url, .body = raw, .body_len = len,
                             .bearer = lease.token, .timeout_ms = stream ? 0 : c->cfg.upstream_timeout_ms,
                             .idle_timeout_ms = stream ? c->cfg.upstream_timeout_ms : 0};
-        int done = stream ? api_forward_stream(c, req, &o, &lease, &rq, (api_kind)kind, tried, ntried, last_error,
-                                               sizeof last_error)
-                          : forward_buffered(c, req, &o, &lease, last_error, sizeof last_error);
+        int done = stream ? api_forward_stream(c, req, &o, &lease, &rq, (api_kind)kind, private_rule, tried, ntried,
+                                               last_error, sizeof last_error)
+                          : forward_buffered(c, req, &o, &lease, private_rule, last_error, sizeof last_error);
         if (done) return;
         log_warn("request for %s: node %s failed before answering (%s); trying another", model,
                  lease.node_id, last_error);
@@ -200,6 +239,7 @@ typedef struct fast_call {
     http_req *req;
     node_lease lease;
     int64_t started_us;
+    char private_rule[64];
 } fast_call;
 
 static void fast_done(void *ctx, http_result *res)
@@ -210,7 +250,7 @@ static void fast_done(void *ctx, http_result *res)
     if (!http_req_client_gone(req)) observe(f->c->reg, &f->lease, res->status, ok, res->body, res->body_len, f->started_us, 0);
     registry_release(f->c->reg, &f->lease, mono_ms(), ok);
     if (res->status && !api_node_refused(res->status, res->body)) {
-        api_served_by(req, &f->lease);
+        api_served_by(req, &f->lease, f->private_rule);
         relay_respond_result(req, res);
         http_req_complete(req);
     } else if (res->status == 0 && http_req_client_gone(req)) {
@@ -235,33 +275,20 @@ static void fast_done(void *ctx, http_result *res)
 
 http_fast_rc api_openai_fast(coord *c, http_req *req, int kind)
 {
-    json_t *body = api_read_json_object(req);
-    if (!body) return HTTP_HANDLED;
-    api_invalid why;
-    if (api_validate_body((api_kind)kind, body, &why)) {
-        api_bad_request(req, why.code, why.param[0] ? why.param : NULL, "%s", why.message);
-        json_decref(body);
-        return HTTP_HANDLED;
-    }
-    const char *model = json_string_value(json_object_get(body, "model"));
-    int stream = json_is_true(json_object_get(body, "stream"));
-    if (!registry_model_known(c->reg, model)) {
-        api_error(req, 404, "invalid_request_error", "model_not_found", "model",
-                  "the model '%s' is not served by any node in the pool", model);
-        json_decref(body);
-        return HTTP_HANDLED;
-    }
+    prepared pr;
+    if (prepare(c, req, (api_kind)kind, &pr)) return HTTP_HANDLED;
+    json_t *body = pr.body;
     /* Streams, and calls that would have to wait for a slot, block a pool
      * thread instead; so do calls while others already wait (first come,
      * first served). */
     fast_call *f = NULL;
-    reg_request rq = describe(model, body, (api_kind)kind, req);
-    if (stream || registry_waiters(c->reg) > 0 || !(f = calloc(1, sizeof *f)) ||
-        registry_acquire(c->reg, &rq, NULL, 0, &f->lease) != PLACE_OK) {
+    if (pr.stream || registry_waiters(c->reg) > 0 || !(f = calloc(1, sizeof *f)) ||
+        registry_acquire(c->reg, &pr.rq, NULL, 0, &f->lease) != PLACE_OK) {
         free(f);
         json_decref(body);
         return HTTP_PASS;
     }
+    if (pr.cls.is_private) snprintf(f->private_rule, sizeof f->private_rule, "%s", pr.cls.rule);
     json_decref(body);
     f->c = c;
     f->req = req;

@@ -36,6 +36,14 @@ void coord_owner(coord *c, http_req *req, char out[40])
     snprintf(out, 40, "key-%.12s", digest);
 }
 
+int coord_key_private(coord *c, http_req *req)
+{
+    const char *key = http_req_bearer(req);
+    for (int i = 0; key && i < c->cfg.nprivate; i++)
+        if (secret_equal(key, c->cfg.private_keys[i])) return 1;
+    return 0;
+}
+
 static int is(const char *a, const char *b) { return !strcmp(a, b); }
 
 /* Administration needs an admin key whenever keys are in use. */

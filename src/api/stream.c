@@ -143,8 +143,8 @@ static void finished(void *ctx, const relay_outcome *o)
 }
 
 int api_forward_stream(coord *c, http_req *req, const http_call_opts *o, const node_lease *lease,
-                       const reg_request *rq, api_kind kind, const char *const *tried, int ntried, char *why,
-                       size_t whylen)
+                       const reg_request *rq, api_kind kind, const char *private_rule, const char *const *tried,
+                       int ntried, char *why, size_t whylen)
 {
     session *s = calloc(1, sizeof *s);
     if (!s || !(s->orig = malloc(o->body_len + 1))) {
@@ -184,7 +184,7 @@ int api_forward_stream(coord *c, http_req *req, const http_call_opts *o, const n
         return 1;
     }
     if (status == 200) {
-        api_served_by(req, &first);
+        api_served_by(req, &first, private_rule);
         relay_to_client(r, req, 200);
         return 1;
     }
@@ -200,7 +200,7 @@ int api_forward_stream(coord *c, http_req *req, const http_call_opts *o, const n
     char *b = relay_collect(r, 1 << 20, &blen);
     int refused = api_node_refused(status, b);
     if (!refused) {
-        api_served_by(req, &first);
+        api_served_by(req, &first, private_rule);
         http_respond(req, (int)status, ctype[0] ? ctype : "application/json", b, blen);
     } else {
         snprintf(why, whylen, "%s: refused (%ld)", first.node_id, status);

@@ -18,9 +18,10 @@
 /* Returns 1 when the client has its answer (or has left), 0 when the node
  * failed before answering (why says how) and another may be tried.  The
  * lease is the session's from then on.  tried lists nodes that failed this
- * request already. */
+ * request already.  private_rule (NULL when the request is not private) is
+ * shown in the answer's route header; the continuation keeps rq's tier. */
 int api_forward_stream(coord *c, http_req *req, const http_call_opts *o, const node_lease *lease,
-                       const reg_request *rq, api_kind kind, const char *const *tried, int ntried, char *why,
-                       size_t whylen);
+                       const reg_request *rq, api_kind kind, const char *private_rule, const char *const *tried,
+                       int ntried, char *why, size_t whylen);
 
 #endif

@@ -8,6 +8,7 @@
 #include "api/coord.h"
 #include "api/errors.h"
 #include "api/validate.h"
+#include "policy/classify.h"
 #include "util/clock.h"
 #include "util/ids.h"
 #include "util/log.h"
@@ -23,6 +24,20 @@ static json_t *task_view(coord *c, const char *id, int *found)
     json_t *j = store_task_json(&t);
     json_t *attempts = store_task_attempts(c->st, id);
     json_object_set_new(j, "attempt_history", attempts ? attempts : json_array());
+    /* The route record: its classification and every node it touched. */
+    json_t *touched = json_array(), *route = json_object_get(j, "route");
+    size_t i;
+    json_t *a;
+    json_array_foreach(attempts, i, a) {
+        const char *node = json_string_value(json_object_get(a, "node"));
+        int seen = 0;
+        size_t k;
+        json_t *x;
+        json_array_foreach(touched, k, x) seen |= node && !strcmp(json_string_value(x), node);
+        if (node && !seen) json_array_append_new(touched, json_string(node));
+    }
+    if (route) json_object_set_new(route, "nodes", touched);
+    else json_decref(touched);
     int64_t ahead;
     double work_ahead = 0;
     if (!strcmp(t.status, "queued")) {
@@ -108,6 +123,19 @@ void api_tasks_create(coord *c, http_req *req)
                   "the model '%s' is not served by any node in the pool", json_string_value(model));
         goto out;
     }
+    classification cls;
+    if (classify_request(c->rules, in, http_req_header(req, "X-Gpupool-Sensitivity"), coord_key_private(c, req),
+                         &cls)) {
+        api_bad_request(req, "invalid_value", "X-Gpupool-Sensitivity",
+                        "X-Gpupool-Sensitivity must be \"private\" or \"normal\"");
+        goto out;
+    }
+    if (cls.is_private && !registry_model_trusted(c->reg, json_string_value(model))) {
+        api_server_error(req, 503, "no_trusted_capacity",
+                         "the task is private (%s) and no trusted node serves '%s'; it was not accepted", cls.rule,
+                         json_string_value(model));
+        goto out;
+    }
     int64_t counts[5];
     if (store_task_counts(c->st, counts) == STORE_OK && counts[0] >= c->cfg.task_queue_max) {
         api_retry_after(c, req, counts[0]);
@@ -126,7 +154,8 @@ void api_tasks_create(coord *c, http_req *req)
     task_new t = {.id = id, .type = api_kind_task_type(kind), .model = json_string_value(model),
                   .priority = priority, .input_json = input_text, .idem_key = key, .body_hash = hash,
                   .max_attempts = max_attempts, .created_ms = wall_ms(), .owner = owner,
-                  .prompt_tokens = api_estimate_prompt_tokens(in), .max_tokens = api_requested_max_tokens(in)};
+                  .prompt_tokens = api_estimate_prompt_tokens(in), .max_tokens = api_requested_max_tokens(in),
+                  .sensitivity = cls.is_private ? "private" : "normal", .route_rule = cls.is_private ? cls.rule : NULL};
     int rc = store_task_insert(c->st, &t, existing);
     free(input_text);
     if (rc == STORE_DUPLICATE) {

@@ -13,6 +13,7 @@
 #include "cmd/cmd.h"
 #include "http/client.h"
 #include "http/relay.h"
+#include "policy/detect.h"
 #include "util/clock.h"
 #include "util/ids.h"
 #include "util/log.h"
@@ -29,6 +30,10 @@ typedef struct serve_opts {
     queue_cfg queue;
     double hedge_factor;
     long hedge_min_ms, backoff_ms;
+    const char *keywords[65], *regexes[65];
+    int nkeywords, nregexes;
+    const char *clouds[17];
+    int nclouds;
 } serve_opts;
 
 static void usage(FILE *f)
@@ -70,6 +75,11 @@ static void usage(FILE *f)
             "  --hedge-min-ms N          never sooner than this (default 2000)\n"
             "  --retry-backoff-ms N      first delay before a failed task runs again; doubles (default 250)\n"
             "  --stream-continue on|off  continue a stream that broke after tokens on another node (default on)\n"
+            "  --privacy-keyword WORD    requests containing WORD are private (repeatable)\n"
+            "  --privacy-regex RE        requests matching the PCRE2 pattern RE are private (repeatable)\n"
+            "  --cloud NAME=URL,models=M1|M2,key-env=VAR[,slots=N]\n"
+            "                            an external OpenAI-compatible backend (repeatable); private\n"
+            "                            requests never go there; its API key comes from $VAR\n"
             "  --port-file FILE          write the bound port here once listening\n"
             "  --config FILE             read options from FILE (key = value lines)\n");
 }
@@ -81,6 +91,45 @@ static int parse_double(const char *s, double lo, double hi, double *out)
     if (end == s || *end || v < lo || v > hi) return -1;
     *out = v;
     return 0;
+}
+
+/* --cloud NAME=URL,models=M1|M2,key-env=VAR[,slots=N]: registers the backend. */
+static int add_cloud(registry *reg, const char *spec, int64_t now)
+{
+    char *copy = strdup(spec), *save = NULL;
+    char *eq = copy ? strchr(copy, '=') : NULL;
+    int rc = -1;
+    if (!eq) goto bad;
+    *eq = 0;
+    const char *name = copy, *url = NULL, *models_s = NULL, *key_env = NULL;
+    long slots = 16;
+    for (char *kv = strtok_r(eq + 1, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
+        if (!url) { url = kv; continue; }
+        if (!strncmp(kv, "models=", 7)) models_s = kv + 7;
+        else if (!strncmp(kv, "key-env=", 8)) key_env = kv + 8;
+        else if (!strncmp(kv, "slots=", 6) && !opts_parse_int(kv + 6, 1, 10000, &slots)) {}
+        else goto bad;
+    }
+    if (!*name || !url || (strncmp(url, "http://", 7) && strncmp(url, "https://", 8)) || !models_s) goto bad;
+    const char *key = key_env ? getenv(key_env) : NULL;
+    if (key_env && (!key || !*key)) {
+        fprintf(stderr, "gpupool serve: --cloud %s: $%s is not set\n", name, key_env);
+        free(copy);
+        return -1;
+    }
+    const char *models[32];
+    int n = 0;
+    char *msave = NULL, *mcopy = strdup(models_s);
+    for (char *m = strtok_r(mcopy, "|", &msave); m && n < 32; m = strtok_r(NULL, "|", &msave)) models[n++] = m;
+    rc = n ? registry_add_external(reg, name, url, key, models, n, (int)slots, now) : -1;
+    free(mcopy);
+    if (rc) fprintf(stderr, "gpupool serve: --cloud %s: cannot add it (a duplicate name, or no models)\n", name);
+    free(copy);
+    return rc;
+bad:
+    fprintf(stderr, "gpupool serve: --cloud wants NAME=URL,models=M1|M2[,key-env=VAR][,slots=N], not '%s'\n", spec);
+    free(copy);
+    return -1;
 }
 
 static int add_key(serve_opts *o, const char *k)
@@ -97,7 +146,8 @@ static int load_keys_file(serve_opts *o, const char *path)
     if (!f) { fprintf(stderr, "gpupool serve: cannot read %s: %s\n", path, strerror(errno)); return -1; }
     char line[512];
     while (fgets(line, sizeof line, f)) {
-        /* "KEY" or "KEY admin" (also "KEY role=admin"); # starts a comment. */
+        /* "KEY", "KEY admin" (or role=admin), "KEY private" (or sensitivity=private);
+         * # starts a comment. */
         char *s = line;
         line[strcspn(line, "#\r\n")] = 0;
         while (*s == ' ' || *s == '\t') s++;
@@ -106,6 +156,7 @@ static int load_keys_file(serve_opts *o, const char *path)
         while (*rest == ' ' || *rest == '\t') rest++;
         rest[strcspn(rest, " \t")] = 0;
         int admin = !strcmp(rest, "admin") || !strcmp(rest, "role=admin");
+        int private_ = !strcmp(rest, "sensitivity=private") || !strcmp(rest, "private");
         if (!*s) continue;
         if (add_key(o, s) || (admin && o->cc.nadmin >= COORD_MAX_KEYS)) {
             fclose(f);
@@ -113,6 +164,7 @@ static int load_keys_file(serve_opts *o, const char *path)
             return -1;
         }
         if (admin) o->cc.admin_keys[o->cc.nadmin++] = strdup(s);
+        if (private_ && o->cc.nprivate < COORD_MAX_KEYS) o->cc.private_keys[o->cc.nprivate++] = strdup(s);
     }
     fclose(f);
     return 0;
@@ -130,7 +182,8 @@ static int parse(int argc, char **argv, serve_opts *o)
         {"breaker-cooldown-ms", 1, 0, 'C'}, {"admin-key", 1, 0, 'X'}, {"placement", 1, 0, 'P'},
         {"placement-weights", 1, 0, 'W'}, {"queue-aging-ms", 1, 0, 'g'}, {"key-max-running", 1, 0, 'r'},
         {"key-max-share", 1, 0, 's'}, {"hedge-factor", 1, 0, 'e'}, {"hedge-min-ms", 1, 0, 'E'},
-        {"retry-backoff-ms", 1, 0, 'B'}, {"task-queue-max", 1, 0, 'Y'}, {"stream-continue", 1, 0, 'S'}, {"help", 0, 0, 'H'}, {0, 0, 0, 0}};
+        {"retry-backoff-ms", 1, 0, 'B'}, {"task-queue-max", 1, 0, 'Y'},
+        {"privacy-keyword", 1, 0, 'w'}, {"privacy-regex", 1, 0, 'R'}, {"cloud", 1, 0, 'c'}, {"stream-continue", 1, 0, 'S'}, {"help", 0, 0, 'H'}, {0, 0, 0, 0}};
     long v;
     double f;
     char err[200];
@@ -179,6 +232,18 @@ static int parse(int argc, char **argv, serve_opts *o)
         case 'X':
             if (add_key(o, optarg) || o->cc.nadmin >= COORD_MAX_KEYS) { fprintf(stderr, "gpupool serve: too many API keys\n"); return -1; }
             o->cc.admin_keys[o->cc.nadmin++] = strdup(optarg);
+            break;
+        case 'w':
+            if (o->nkeywords >= 64) { fprintf(stderr, "gpupool serve: too many --privacy-keyword\n"); return -1; }
+            o->keywords[o->nkeywords++] = optarg;
+            break;
+        case 'R':
+            if (o->nregexes >= 64) { fprintf(stderr, "gpupool serve: too many --privacy-regex\n"); return -1; }
+            o->regexes[o->nregexes++] = optarg;
+            break;
+        case 'c':
+            if (o->nclouds >= 16) { fprintf(stderr, "gpupool serve: too many --cloud backends\n"); return -1; }
+            o->clouds[o->nclouds++] = optarg;
             break;
         case 'S':
             if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
@@ -257,6 +322,7 @@ int cmd_serve(int argc0, char **argv0)
     registry *reg = NULL;
     dispatcher *disp = NULL;
     http_server *srv = NULL;
+    detect_rules *rules = NULL;
     if (parse(argc, argv, &o)) goto done;
     if (o.keys_file && load_keys_file(&o, o.keys_file)) goto done;
     const char *envkeys = getenv("GPUPOOL_API_KEYS");
@@ -304,8 +370,12 @@ int cmd_serve(int argc0, char **argv0)
     disp = dispatcher_start(&dc);
     if (!reg || !disp) { fprintf(stderr, "gpupool serve: cannot start the scheduler\n"); goto done; }
     registry_on_change(reg, (void (*)(void *))dispatcher_wake, disp);
+    for (int i = 0; i < o.nclouds; i++)
+        if (add_cloud(reg, o.clouds[i], mono_ms())) goto done;
+    rules = detect_rules_new(o.keywords, o.regexes, err, sizeof err);
+    if (!rules) { fprintf(stderr, "gpupool serve: %s\n", err); goto done; }
 
-    coord c = {.cfg = o.cc, .st = st, .reg = reg, .disp = disp, .started_mono = mono_ms()};
+    coord c = {.cfg = o.cc, .st = st, .reg = reg, .disp = disp, .rules = rules, .started_mono = mono_ms()};
     http_server_opts ho = {.listen = o.listen, .max_body = o.max_body, .fast = coord_fast, .handler = coord_handle,
                            .observe = coord_observe, .app = &c};
     srv = http_server_start(&ho, err, sizeof err);
@@ -333,8 +403,10 @@ done:
     dispatcher_stop(disp);
     registry_free(reg);
     store_close(st);
+    detect_rules_free(rules);
     for (int i = 0; i < o.cc.nkeys; i++) free(o.cc.api_keys[i]);
     for (int i = 0; i < o.cc.nadmin; i++) free(o.cc.admin_keys[i]);
+    for (int i = 0; i < o.cc.nprivate; i++) free(o.cc.private_keys[i]);
     free(token);
     opts_free_argv(argv);
     if (rc == 0) http_client_global_cleanup();

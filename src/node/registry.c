@@ -44,6 +44,7 @@ typedef struct node {
     int temp_c, throttled;          /* the hottest GPU */
     node_profile prof;
     int admin_drained;    /* drained by hand: no new work whatever the beats say */
+    int external;         /* trust tier external: a cloud backend, never sent private work */
 } node;
 
 struct registry {
@@ -167,6 +168,17 @@ static node *find_by_id(registry *r, const char *id)
     return NULL;
 }
 
+/* Room for one more node.  Caller holds the lock. */
+static int grow_nodes(registry *r)
+{
+    int cap = r->cap ? r->cap * 2 : 16;
+    node **grown = realloc(r->nodes, sizeof *grown * (size_t)cap);
+    if (!grown) return -1;
+    r->nodes = grown;
+    r->cap = cap;
+    return 0;
+}
+
 static int has_model(const node *nd, const char *model)
 {
     for (int i = 0; i < nd->nmodels; i++)
@@ -276,12 +288,9 @@ int registry_register(registry *r, const char *bearer, json_t *req, const char *
     pthread_mutex_lock(&r->mu);
     node *nd = find_by_id(r, id);
     if (!nd) {
-        if (r->n == r->cap) {
-            int cap = r->cap ? r->cap * 2 : 16;
-            node **grown = realloc(r->nodes, sizeof *grown * (size_t)cap);
-            if (!grown) { pthread_mutex_unlock(&r->mu); return refuse(why, whylen, 503, peer, "%s", "out of memory"); }
-            r->nodes = grown;
-            r->cap = cap;
+        if (r->n == r->cap && grow_nodes(r)) {
+            pthread_mutex_unlock(&r->mu);
+            return refuse(why, whylen, 503, peer, "%s", "out of memory");
         }
         nd = calloc(1, sizeof *nd);
         if (!nd) { pthread_mutex_unlock(&r->mu); return refuse(why, whylen, 503, peer, "%s", "out of memory"); }
@@ -398,7 +407,7 @@ int registry_sweep(registry *r, int64_t now, char (*offline)[40], int max)
             log_info("node %s: cooldown over, the next request probes it", nd->id);
             changed(r);
         }
-        if (nd->state == NODE_OFFLINE || now - nd->last_beat <= limit) continue;
+        if (nd->external || nd->state == NODE_OFFLINE || now - nd->last_beat <= limit) continue;
         nd->state = NODE_OFFLINE;
         snprintf(nd->state_reason, sizeof nd->state_reason, "no heartbeat for %lld ms",
                  (long long)(now - nd->last_beat));
@@ -480,15 +489,17 @@ static double smoothed_success(const node *nd, int64_t now)
     return (rate * calls + 4) / (calls + 4);
 }
 
-static place_candidate candidate(const node *nd, const char *model, const char *const *ex, int nex, int64_t now)
+static place_candidate candidate(const node *nd, const reg_request *rq, const char *const *ex, int nex, int64_t now)
 {
+    const char *model = rq->model;
     int loadable;
     uint64_t need = loadable_need(nd, model, &loadable);
     int breaker_ok = !nd->open_until && !(nd->half_open && nd->probing);
     const model_speed *m = profile_speed(&nd->prof, model);
     return (place_candidate){.id = nd->id, .ready = nd->state == NODE_READY && breaker_ok,
                              .has_model = has_model(nd, model), .loadable = loadable, .need_bytes = need,
-                             .excluded = excluded(nd->id, ex, nex), .inflight = nd->inflight,
+                             .excluded = excluded(nd->id, ex, nex) || (rq->trusted_only && nd->external),
+                             .inflight = nd->inflight,
                              .slots = nd->slots, .free_vram = nd->free_vram, .engine_busy = nd->engine_busy,
                              .engine_queued = nd->engine_queued, .ttft_ms = m ? m->ttft_ms : 0,
                              .tps = m ? m->tps : 0, .load_ms = m ? m->load_ms : 0,
@@ -503,7 +514,18 @@ static place_block try_acquire(registry *r, const reg_request *rq, const char *c
     place_candidate *c = r->n <= 64 ? stackc : calloc((size_t)r->n, sizeof *c);
     if (!c) return PLACE_BUSY;
     int64_t now = rq->now ? rq->now : mono_ms();
-    for (int i = 0; i < r->n; i++) c[i] = candidate(r->nodes[i], rq->model, ex, nex, now);
+    /* External backends serve a model only where no live trusted node serves
+     * it: the pool's own GPUs first, and private work never leaves them. */
+    int trusted_serves = 0;
+    for (int i = 0; i < r->n && !trusted_serves; i++) {
+        int loadable;
+        loadable_need(r->nodes[i], rq->model, &loadable);
+        trusted_serves = !r->nodes[i]->external && r->nodes[i]->state != NODE_OFFLINE &&
+                         (loadable || has_model(r->nodes[i], rq->model));
+    }
+    reg_request local = *rq;
+    local.trusted_only = rq->trusted_only || trusted_serves;
+    for (int i = 0; i < r->n; i++) c[i] = candidate(r->nodes[i], &local, ex, nex, now);
     place_request pr = to_place_request(r, rq);
     double est = 0;
     int pick = placement_pick(&r->cfg.placement, &pr, c, (size_t)r->n, &est);
@@ -513,6 +535,11 @@ static place_block try_acquire(registry *r, const reg_request *rq, const char *c
     if (c != stackc) free(c);
     if (pick < 0) return why;
     node *nd = r->nodes[pick];
+    if (rq->trusted_only && nd->external) {
+        /* Placement excluded it; this is the last line of defence. */
+        log_error("refusing to place a private request on external node %s", nd->id);
+        return PLACE_UNAVAILABLE;
+    }
     nd->inflight++;
     r->rr_ticket++;
     if (nd->half_open) nd->probing = 1;
@@ -522,6 +549,7 @@ static place_block try_acquire(registry *r, const reg_request *rq, const char *c
     snprintf(out->token, sizeof out->token, "%s", nd->token);
     snprintf(out->model, sizeof out->model, "%s", rq->model);
     out->cold = cold;
+    out->external = nd->external;
     out->est_ms = est;
     return PLACE_OK;
 }
@@ -728,6 +756,50 @@ int registry_model_known(registry *r, const char *model)
     return known;
 }
 
+int registry_model_trusted(registry *r, const char *model)
+{
+    pthread_mutex_lock(&r->mu);
+    int known = 0;
+    for (int i = 0; i < r->n && !known; i++) {
+        if (r->nodes[i]->external) continue;
+        loadable_need(r->nodes[i], model, &known);
+        known |= has_model(r->nodes[i], model);
+    }
+    pthread_mutex_unlock(&r->mu);
+    return known;
+}
+
+int registry_add_external(registry *r, const char *name, const char *base_url, const char *api_key,
+                          const char *const *models, int nmodels, int slots, int64_t now)
+{
+    char id[40];
+    snprintf(id, sizeof id, "cloud-%.33s", name);
+    pthread_mutex_lock(&r->mu);
+    node *nd = NULL;
+    if (find_by_id(r, id) || (r->n == r->cap && grow_nodes(r)) || !(nd = calloc(1, sizeof *nd))) {
+        pthread_mutex_unlock(&r->mu);
+        return -1;
+    }
+    snprintf(nd->id, sizeof nd->id, "%s", id);
+    snprintf(nd->name, sizeof nd->name, "%s", name);
+    snprintf(nd->address, sizeof nd->address, "%s", base_url);
+    snprintf(nd->token, sizeof nd->token, "%s", api_key ? api_key : "");
+    nd->external = 1;
+    nd->state = NODE_READY;
+    nd->registered_at = nd->last_beat = now;
+    nd->slots = slots > 0 ? slots : 16;
+    nd->temp_c = -1;
+    nd->models = calloc((size_t)(nmodels > 0 ? nmodels : 1), sizeof *nd->models);
+    for (int i = 0; nd->models && i < nmodels; i++) nd->models[nd->nmodels++] = strdup(models[i]);
+    nd->gpus = json_array();
+    nd->engines = json_array();
+    nd->loadable_json = json_array();
+    r->nodes[r->n++] = nd;
+    log_info("external backend %s at %s serves %d model(s); private requests never go there", id, base_url, nmodels);
+    pthread_mutex_unlock(&r->mu);
+    return 0;
+}
+
 double registry_drain_rate(registry *r, int64_t now)
 {
     pthread_mutex_lock(&r->mu);
@@ -768,6 +840,7 @@ json_t *registry_nodes_json(registry *r, int64_t now)
             json_object_set_new(o, "loadable", nd->loadable_json ? json_incref(nd->loadable_json) : json_array());
             json_object_set_new(o, "breaker", json_string(breaker_name(nd)));
             json_object_set_new(o, "admin_drained", json_boolean(nd->admin_drained));
+            json_object_set_new(o, "trust", json_string(nd->external ? "external" : "trusted"));
             json_object_set_new(o, "engine_busy", json_integer(nd->engine_busy));
             json_object_set_new(o, "engine_queued", json_integer(nd->engine_queued));
             json_object_set_new(o, "profile", profile_json(&nd->prof, now));

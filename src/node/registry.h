@@ -39,6 +39,7 @@ typedef struct reg_request {
     double prompt_tokens, max_tokens, payload_bytes;
     int priority;             /* waiting requests: higher first (0..9) */
     int64_t now;              /* monotonic ms for the profile's windows; 0 = read the clock */
+    int trusted_only;         /* private: never placed on external capacity */
 } reg_request;
 
 typedef struct node_lease {
@@ -47,6 +48,7 @@ typedef struct node_lease {
     char token[72];
     char model[128];
     int cold;                 /* the node had to start the model */
+    int external;             /* external capacity (a cloud backend) */
     double est_ms;            /* placement's estimate of the service time */
 } node_lease;
 
@@ -124,6 +126,18 @@ int registry_waiters(registry *r);
 void registry_on_change(registry *r, void (*fn)(void *), void *ctx);
 
 int registry_model_known(registry *r, const char *model);
+/* Whether trusted capacity (any node but external backends, live or not)
+ * serves or can start the model: a private request has nowhere else to go. */
+int registry_model_trusted(registry *r, const char *model);
+
+/* External capacity: an OpenAI-compatible backend outside the LAN (a cloud
+ * API), trust tier "external".  It serves a model only while no live trusted
+ * node serves (or can start) it, and never a private request.  It never heartbeats and is always ready
+ * (its breaker still applies); api_key is sent as its bearer token; base_url
+ * is the part before /v1.  Its id is "cloud-" + name.  Returns 0, or -1 when
+ * the name is taken or memory ran out. */
+int registry_add_external(registry *r, const char *name, const char *base_url, const char *api_key,
+                          const char *const *models, int nmodels, int slots, int64_t now);
 /* Average requests/s finished over the last minute, for Retry-After. */
 double registry_drain_rate(registry *r, int64_t now);
 void registry_counts(registry *r, int counts[NODE_STATES]);

@@ -323,7 +323,7 @@ static reg_request describe(const queued_task *q)
     /* An embedding's answer is one vector, about a token's time. */
     double max_tokens = !strcmp(q->type, "embedding") ? 1 : q->max_tokens;
     return (reg_request){.model = q->model, .prompt_tokens = q->prompt_tokens, .max_tokens = max_tokens,
-                         .priority = q->priority};
+                         .priority = q->priority, .trusted_only = q->trusted_only};
 }
 
 /* Starts a thread for an attempt that holds a lease.  Returns 0, or -1 with
@@ -428,7 +428,7 @@ static void hedge_slow(dispatcher *d)
     for (int i = 0; i < n; i++) {
         task_rec t;
         if (store_task_get(d->cfg.st, ids[i], &t) != STORE_OK) continue;
-        queued_task q = {.priority = t.priority};
+        queued_task q = {.priority = t.priority, .trusted_only = t.sensitivity && !strcmp(t.sensitivity, "private")};
         snprintf(q.model, sizeof q.model, "%s", t.model);
         snprintf(q.type, sizeof q.type, "%s", t.type);
         reg_request rq = describe(&q);

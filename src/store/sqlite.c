@@ -20,7 +20,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define SCHEMA_VERSION 2
+#define SCHEMA_VERSION 3
 #define BUSY_TIMEOUT_MS 5000
 
 enum { Q_QUEUED, Q_RUNNING, Q_SUCCEEDED, Q_FAILED, Q_CANCELED };
@@ -48,7 +48,9 @@ static const char SCHEMA[] =
     " finished_ms INTEGER NOT NULL DEFAULT 0,"
     " owner TEXT NOT NULL DEFAULT '',"
     " prompt_tokens REAL NOT NULL DEFAULT 0,"
-    " max_tokens REAL NOT NULL DEFAULT 0);"
+    " max_tokens REAL NOT NULL DEFAULT 0,"
+    " sensitivity TEXT NOT NULL DEFAULT 'normal',"
+    " route_rule TEXT);"
     /* rowid is implicitly the last column of every index, so this one gives
      * the full dispatch order (status, priority DESC, created_ms, rowid). */
     "CREATE INDEX IF NOT EXISTS tasks_dispatch ON tasks(status, priority DESC, created_ms ASC);"
@@ -65,6 +67,7 @@ static const char SCHEMA[] =
 
 #define TASK_COLS                                                                   \
     "SELECT id,type,model,status,node,input_json,result_json,error_code,error_message," \
+    "sensitivity,route_rule,"                                                           \
     "priority,attempts,max_attempts,created_ms,started_ms,finished_ms FROM tasks "
 
 enum {
@@ -78,14 +81,18 @@ static const char MIGRATE_1_2[] =
     "ALTER TABLE tasks ADD COLUMN owner TEXT NOT NULL DEFAULT '';"
     "ALTER TABLE tasks ADD COLUMN prompt_tokens REAL NOT NULL DEFAULT 0;"
     "ALTER TABLE tasks ADD COLUMN max_tokens REAL NOT NULL DEFAULT 0;";
+/* From version 2: the task's classification, which binds every attempt. */
+static const char MIGRATE_2_3[] =
+    "ALTER TABLE tasks ADD COLUMN sensitivity TEXT NOT NULL DEFAULT 'normal';"
+    "ALTER TABLE tasks ADD COLUMN route_rule TEXT;";
 
 static const char *const SQL[ST_N] = {
     [ST_BEGIN] = "BEGIN IMMEDIATE",
     [ST_COMMIT] = "COMMIT",
     [ST_ROLLBACK] = "ROLLBACK",
     [ST_INSERT] = "INSERT INTO tasks(id,type,model,priority,status,attempts,max_attempts,"
-                  "input_json,idem_key,body_hash,created_ms,owner,prompt_tokens,max_tokens) "
-                  "VALUES(?1,?2,?3,?4,'queued',0,?5,?6,?7,?8,?9,?10,?11,?12)",
+                  "input_json,idem_key,body_hash,created_ms,owner,prompt_tokens,max_tokens,sensitivity,route_rule) "
+                  "VALUES(?1,?2,?3,?4,'queued',0,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14)",
     [ST_IDEM] = "SELECT id, body_hash FROM tasks WHERE idem_key=?1",
     [ST_GET] = TASK_COLS "WHERE id=?1",
     [ST_STATE] = "SELECT status, attempts FROM tasks WHERE id=?1",
@@ -117,7 +124,7 @@ static const char *const SQL[ST_N] = {
     [ST_AHEAD] = "SELECT count(*) FROM tasks t, tasks me WHERE me.id=?1 AND me.status='queued' "
                  "AND t.status='queued' AND (t.priority > me.priority OR (t.priority = me.priority AND "
                  "(t.created_ms < me.created_ms OR (t.created_ms = me.created_ms AND t.rowid < me.rowid))))",
-    [ST_QUEUED] = "SELECT id,model,priority,owner,prompt_tokens,max_tokens,attempts,max_attempts,type "
+    [ST_QUEUED] = "SELECT id,model,priority,owner,prompt_tokens,max_tokens,attempts,max_attempts,type,sensitivity "
                   "FROM tasks WHERE status='queued' ORDER BY priority DESC, created_ms ASC, rowid ASC LIMIT ?1",
     [ST_ATT_OPEN] = "SELECT count(*) FROM attempts WHERE task_id=?1 AND attempt=?2 AND outcome IS NULL",
     [ST_HEDGE] = "UPDATE tasks SET attempts=attempts+1 WHERE id=?1 AND status='running'",
@@ -320,6 +327,10 @@ static int setup(store *s, const char *path, char *err, size_t errlen) {
         step = "upgrade the schema from version 1";
         if (sqlite3_exec(s->db, MIGRATE_1_2, NULL, NULL, NULL) != SQLITE_OK) goto fail;
     }
+    if (ver >= 1 && ver <= 2) {
+        step = "upgrade the schema from version 2";
+        if (sqlite3_exec(s->db, MIGRATE_2_3, NULL, NULL, NULL) != SQLITE_OK) goto fail;
+    }
     if (ver < SCHEMA_VERSION) {
         char sql[sizeof SCHEMA + 96];
         snprintf(sql, sizeof sql, "BEGIN IMMEDIATE; %s PRAGMA user_version=%d; COMMIT;", SCHEMA,
@@ -423,6 +434,8 @@ int store_task_insert(store *s, const task_new *t, char existing_id[64]) {
         bt(st, 10, t->owner ? t->owner : "");
         sqlite3_bind_double(st, 11, t->prompt_tokens);
         sqlite3_bind_double(st, 12, t->max_tokens);
+        bt(st, 13, t->sensitivity ? t->sensitivity : "normal");
+        bt(st, 14, t->route_rule);
         rc = run_st(s, st, "insert task");
     }
     rc = end_tx(s, rc);
@@ -433,17 +446,19 @@ int store_task_insert(store *s, const task_new *t, char existing_id[64]) {
 /* The owned strings of a task_rec, in TASK_COLS order. */
 #define REC_STRS(t)                                                                      \
     {&(t)->id, &(t)->type, &(t)->model, &(t)->status, &(t)->node, &(t)->input_json,      \
-     &(t)->result_json, &(t)->error_code, &(t)->error_message}
+     &(t)->result_json, &(t)->error_code, &(t)->error_message, &(t)->sensitivity,         \
+     &(t)->route_rule}
+#define REC_NSTRS 11
 
 static void row_to_rec(sqlite3_stmt *st, task_rec *t) {
     char **strs[] = REC_STRS(t);
-    for (int i = 0; i < 9; i++) *strs[i] = col_dup(st, i);
-    t->priority = sqlite3_column_int(st, 9);
-    t->attempts = sqlite3_column_int(st, 10);
-    t->max_attempts = sqlite3_column_int(st, 11);
-    t->created_ms = sqlite3_column_int64(st, 12);
-    t->started_ms = sqlite3_column_int64(st, 13);
-    t->finished_ms = sqlite3_column_int64(st, 14);
+    for (int i = 0; i < REC_NSTRS; i++) *strs[i] = col_dup(st, i);
+    t->priority = sqlite3_column_int(st, REC_NSTRS);
+    t->attempts = sqlite3_column_int(st, REC_NSTRS + 1);
+    t->max_attempts = sqlite3_column_int(st, REC_NSTRS + 2);
+    t->created_ms = sqlite3_column_int64(st, REC_NSTRS + 3);
+    t->started_ms = sqlite3_column_int64(st, REC_NSTRS + 4);
+    t->finished_ms = sqlite3_column_int64(st, REC_NSTRS + 5);
 }
 
 int store_task_get(store *s, const char *id, task_rec *out) {
@@ -465,7 +480,7 @@ int store_task_get(store *s, const char *id, task_rec *out) {
 void task_rec_free(task_rec *t) {
     if (!t) return;
     char **strs[] = REC_STRS(t);
-    for (int i = 0; i < 9; i++) free(*strs[i]);
+    for (int i = 0; i < REC_NSTRS; i++) free(*strs[i]);
     memset(t, 0, sizeof *t);
 }
 
@@ -508,6 +523,10 @@ json_t *store_task_json(const task_rec *t) {
         json_object_set_new(error, "message", json_string(t->error_message ? t->error_message : ""));
     }
     json_object_set_new(o, "error", error);
+    json_t *route = json_object();
+    json_object_set_new(route, "sensitivity", jstr(t->sensitivity ? t->sensitivity : "normal"));
+    json_object_set_new(route, "rule", jstr(t->route_rule));
+    json_object_set_new(o, "route", route);
     return o;
 }
 
@@ -579,6 +598,8 @@ int store_task_queued(store *s, queued_task *out, int max) {
         q->attempts = sqlite3_column_int(st, 6);
         q->max_attempts = sqlite3_column_int(st, 7);
         snprintf(q->type, sizeof q->type, "%s", (const char *)sqlite3_column_text(st, 8));
+        const unsigned char *sens = sqlite3_column_text(st, 9);
+        q->trusted_only = sens && !strcmp((const char *)sens, "private");
     }
     if (n < max && r != SQLITE_DONE) n = db_err(s, "queued tasks");
     sqlite3_reset(st);

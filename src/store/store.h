@@ -37,12 +37,15 @@ typedef struct task_new {
     const char *owner;       /* who submitted it (an API key's id); NULL = anonymous */
     double prompt_tokens;    /* estimated, for the queue's order */
     double max_tokens;       /* requested; 0 = not given */
+    const char *sensitivity; /* "private" (trusted capacity only) or "normal"; NULL = normal */
+    const char *route_rule;  /* why it is private (the rule that fired, or "header", "api_key") */
 } task_new;
 
 /* A task as stored.  Strings are owned; free with task_rec_free. */
 typedef struct task_rec {
     char *id, *type, *model, *status, *node, *input_json, *result_json;
     char *error_code, *error_message;
+    char *sensitivity, *route_rule;
     int priority, attempts, max_attempts;
     int64_t created_ms, started_ms, finished_ms; /* wall clock; 0 = not yet */
 } task_rec;
@@ -72,6 +75,7 @@ typedef struct queued_task {
     char owner[40];
     int priority, attempts, max_attempts;
     double prompt_tokens, max_tokens;
+    int trusted_only;        /* private: only trusted capacity may run it */
 } queued_task;
 int store_task_queued(store *s, queued_task *out, int max);
 /* A second attempt on another node while the first still runs (the task

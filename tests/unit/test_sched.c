@@ -423,6 +423,50 @@ static void cold_starts_counted(void **state)
     registry_free(r);
 }
 
+
+static void external_backend_never_gets_private_work(void **state)
+{
+    (void)state;
+    registry *r = new_registry();
+    const char *models[] = {"m", "big-cloud"};
+    assert_int_equal(registry_add_external(r, "acme", "http://127.0.0.1:9", "sk-test", models, 2, 8, 0), 0);
+    assert_int_equal(registry_add_external(r, "acme", "http://127.0.0.1:9", "sk-test", models, 2, 8, 0), -1);
+    reg_request priv = {.model = "big-cloud", .priority = 5, .trusted_only = 1, .now = 1};
+    reg_request norm = {.model = "big-cloud", .priority = 5, .now = 1};
+    node_lease l;
+    /* only the cloud has big-cloud: ordinary work goes there, private never */
+    assert_int_equal(registry_acquire(r, &priv, NULL, 0, &l), PLACE_UNAVAILABLE);
+    assert_false(registry_model_trusted(r, "big-cloud"));
+    assert_int_equal(registry_acquire(r, &norm, NULL, 0, &l), PLACE_OK);
+    assert_string_equal(l.node_id, "cloud-acme");
+    assert_true(l.external);
+    assert_string_equal(l.token, "sk-test");
+    registry_release(r, &l, 2, 1);
+    /* with a trusted node serving m, m stays local, even when that node is busy */
+    char a[64], ta[80];
+    join(r, FP_A, 0, a, ta);
+    assert_true(registry_model_trusted(r, "m"));
+    reg_request m = {.model = "m", .priority = 5, .now = 1};
+    node_lease k[3];
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(registry_acquire(r, &m, NULL, 0, &k[i]), PLACE_OK);
+        assert_string_equal(k[i].node_id, a);
+    }
+    assert_int_equal(registry_acquire(r, &m, NULL, 0, &k[2]), PLACE_BUSY);
+    /* once the trusted node is offline, ordinary m work may go out; private may not */
+    char off[2][40];
+    assert_int_equal(registry_sweep(r, 3500, off, 2), 1); /* the cloud never goes offline */
+    assert_int_equal(registry_acquire(r, &m, NULL, 0, &k[2]), PLACE_OK);
+    assert_string_equal(k[2].node_id, "cloud-acme");
+    m.trusted_only = 1;
+    assert_int_equal(registry_acquire(r, &m, NULL, 0, &l), PLACE_UNAVAILABLE);
+    json_t *nodes = registry_nodes_json(r, 3500);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(nodes, 0), "trust")), "external");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(nodes, 1), "trust")), "trusted");
+    json_decref(nodes);
+    registry_free(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -440,6 +484,7 @@ int main(void)
         cmocka_unit_test(worker_draining_reason_shown),
         cmocka_unit_test(observations_shape_placement),
         cmocka_unit_test(cold_starts_counted),
+        cmocka_unit_test(external_backend_never_gets_private_work),
     };
     return cmocka_run_group_tests_name("sched", tests, NULL, NULL);
 }
