@@ -130,8 +130,12 @@ void api_served_by(http_req *req, const node_lease *l, const char *private_rule)
 
 /* Each forward_* returns 1 when the client has its answer (or has left), 0
  * when the node failed before answering and another node may be tried. */
+/* An engine error another node may not repeat (it crashed, ran out of
+ * memory, timed out): worth one more try elsewhere while tries remain. */
+static int engine_failed(long status) { return status >= 500 && status != 501 && status != 505; }
+
 static int forward_buffered(coord *c, http_req *req, const http_call_opts *o, const node_lease *lease,
-                            const char *private_rule, char *why, size_t whylen)
+                            const char *private_rule, int may_retry, char *why, size_t whylen)
 {
     http_result res;
     int64_t t0 = mono_us();
@@ -142,6 +146,9 @@ static int forward_buffered(coord *c, http_req *req, const http_call_opts *o, co
     int done = 1;
     if (res.status == 0 && http_req_client_gone(req)) {
         api_error(req, 499, "invalid_request_error", "client_closed", NULL, "the client left");
+    } else if (res.status && engine_failed(res.status) && may_retry && !api_node_refused(res.status, res.body)) {
+        snprintf(why, whylen, "%s: the engine answered %ld", lease->node_id, res.status);
+        done = 0;
     } else if (res.status && !api_node_refused(res.status, res.body)) {
         api_served_by(req, lease, private_rule);
         relay_respond_result(req, &res);
@@ -207,7 +214,8 @@ void api_openai_proxy(coord *c, http_req *req, int kind)
                             .idle_timeout_ms = stream ? c->cfg.upstream_timeout_ms : 0};
         int done = stream ? api_forward_stream(c, req, &o, &lease, &rq, (api_kind)kind, private_rule, tried, ntried,
                                                last_error, sizeof last_error)
-                          : forward_buffered(c, req, &o, &lease, private_rule, last_error, sizeof last_error);
+                          : forward_buffered(c, req, &o, &lease, private_rule, attempt + 1 < tries, last_error,
+                                             sizeof last_error);
         if (done) return;
         log_warn("request for %s: node %s failed before answering (%s); trying another", model,
                  lease.node_id, last_error);
@@ -249,7 +257,8 @@ static void fast_done(void *ctx, http_result *res)
     int ok = registry_status_served(res->status) && !api_node_refused(res->status, res->body);
     if (!http_req_client_gone(req)) observe(f->c->reg, &f->lease, res->status, ok, res->body, res->body_len, f->started_us, 0);
     registry_release(f->c->reg, &f->lease, mono_ms(), ok);
-    if (res->status && !api_node_refused(res->status, res->body)) {
+    int retry = engine_failed(res->status) && f->c->cfg.max_attempts > 1;
+    if (res->status && !api_node_refused(res->status, res->body) && !retry) {
         api_served_by(req, &f->lease, f->private_rule);
         relay_respond_result(req, res);
         http_req_complete(req);
@@ -259,8 +268,8 @@ static void fast_done(void *ctx, http_result *res)
     } else {
         /* The node failed before answering: the blocking path retries on
          * other nodes, waiting for a slot if it must. */
-        const char *why = res->status ? "refused the request" : res->error;
-        registry_mark_unreachable(f->c->reg, f->lease.node_id, why, mono_ms());
+        const char *why = retry ? "the engine failed" : res->status ? "refused the request" : res->error;
+        if (!retry) registry_mark_unreachable(f->c->reg, f->lease.node_id, why, mono_ms());
         log_warn("node %s failed before answering (%s); trying another", f->lease.node_id, why);
         tried_nodes *t = calloc(1, sizeof *t);
         if (t) {

@@ -114,6 +114,16 @@ static void failed_attempts_retry_on_another_node(void **state)
         free(ids[i]);
     }
     assert_true(retried >= 1);
+    /* a synchronous call that meets the broken engine is retried as well */
+    for (int i = 0; i < 6; i++) {
+        h_resp r;
+        h_request(p, "POST", "/v1/chat/completions", CHAT, NULL, &r);
+        assert_int_equal(r.status, 200);
+        char node[64];
+        h_header(&r, "X-Gpupool-Node", node, sizeof node);
+        assert_string_not_equal(node, broken_id);
+        h_resp_free(&r);
+    }
 }
 
 static int metric_at_least(h_pool *p, const char *name, long want)
