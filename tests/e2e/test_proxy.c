@@ -36,7 +36,7 @@ static void chat_without_stream(void **state)
     assert_non_null(h_header(&r, "X-Gpupool-Node", v, sizeof v));
     assert_memory_equal(v, "node-", 5);
     assert_non_null(h_header(&r, "X-Gpupool-Route", v, sizeof v));
-    assert_string_equal(v, "local");
+    assert_string_equal(v, "local; reason=pool"); /* an ordinary request on the pool's own nodes */
     assert_non_null(h_header(&r, "X-Gpupool-Simulated", v, sizeof v));
     assert_string_equal(v, "true");
     h_resp_free(&r);
