@@ -18,6 +18,7 @@
 
 #include "policy/cache.h"
 #include "policy/cache_key.h"
+#include "policy/cache_metrics.h"
 #include "policy/embed.h"
 
 #define D 384
@@ -508,6 +509,35 @@ static void no_cross_conversation(void **state)
     semcache_close(c);
 }
 
+static void metrics_text(void **state)
+{
+    (void)state;
+    semcache *c = open_mem(0.9, 1 << 20, 0);
+    cache_key k = mkkey("m", "", CACHE_TIER_EXTERNAL, 1);
+    float v[D], w[D];
+    axis(v, 0);
+    axis(w, 1);
+    put(c, &k, v, "A", 0);
+    assert_int_equal(look(c, &k, v, 1, NULL, 0), 1);
+    assert_int_equal(look(c, &k, w, 1, NULL, 0), 0);
+    semcache_count_skip(c);
+    cache_stats st;
+    semcache_stats(c, &st);
+    buf out = {0};
+    assert_int_equal(cache_metrics_render(&st, &out), 0);
+    static const char *const want[] = {"gpupool_cache_lookups_total 2\n", "gpupool_cache_hits_total 1\n",
+                                       "gpupool_cache_misses_total 1\n", "gpupool_cache_skipped_total 1\n",
+                                       "gpupool_cache_hit_ratio 0.5\n", "gpupool_cache_entries 1\n",
+                                       "gpupool_cache_removed_total{reason=\"lru\"} 0\n",
+                                       "# TYPE gpupool_cache_bytes gauge\n", "gpupool_cache_max_bytes 1048576\n", NULL};
+    for (int i = 0; want[i]; i++) {
+        if (!strstr(out.data, want[i])) fprintf(stderr, "missing %s in:\n%s", want[i], out.data);
+        assert_non_null(strstr(out.data, want[i]));
+    }
+    buf_free(&out);
+    semcache_close(c);
+}
+
 typedef struct worker_arg {
     semcache *c;
     int id, bad;
@@ -572,6 +602,7 @@ int main(void)
         cmocka_unit_test(invalidate),
         cmocka_unit_test(persistence),
         cmocka_unit_test(no_cross_conversation),
+        cmocka_unit_test(metrics_text),
         cmocka_unit_test(threads),
     };
     return cmocka_run_group_tests_name("cache", tests, NULL, NULL);
