@@ -15,11 +15,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* The trust tier of an entry is the tier of the request that made it; the
- * tier of a lookup is the tier of the route its request would take.  An
- * entry made from a private request (CACHE_TIER_TRUSTED: only trusted nodes
- * may see it) never answers a lookup of CACHE_TIER_EXTERNAL, the tier of
- * requests that may be routed outside them.  See cache_tier_visible. */
+/* The trust tier of an entry is that of the request that made it, and a
+ * lookup states the tier of its own request.  CACHE_TIER_TRUSTED is a private
+ * request (policy/classify), which only trusted nodes may serve;
+ * CACHE_TIER_EXTERNAL is any other request, which may be routed to external
+ * capacity.  An entry made from a private request never answers a lookup of
+ * CACHE_TIER_EXTERNAL.  The lookup comes before placement, so a request that
+ * is not private looks up as EXTERNAL even if it ends on a trusted node.  See
+ * cache_tier_visible. */
 typedef enum cache_tier {
     CACHE_TIER_EXTERNAL = 0,
     CACHE_TIER_TRUSTED = 1,
