@@ -13,6 +13,10 @@ static const struct {
     {"worker", cmd_worker, "run a worker on a GPU machine and join a pool"},
     {"sim-engine", cmd_sim_engine, "run the GPU-free, OpenAI-compatible engine simulator"},
     {"plan", cmd_plan, "work out the VRAM a GGUF model needs and where it fits"},
+    {"nodes", cmd_nodes, "list the pool's nodes, their state and why"},
+    {"drain", cmd_drain, "stop sending a node new work (running work finishes)"},
+    {"undrain", cmd_undrain, "let a drained node take work again"},
+    {"forget", cmd_forget, "remove a node from the pool"},
 };
 
 static void usage(FILE *f)

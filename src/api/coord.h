@@ -15,6 +15,8 @@
 typedef struct coord_cfg {
     char *api_keys[COORD_MAX_KEYS]; /* empty = no client authentication */
     int nkeys;
+    char *admin_keys[COORD_MAX_KEYS]; /* also in api_keys; may drain and forget nodes */
+    int nadmin;
     int queue_max;             /* requests that may wait for a slot */
     int64_t queue_timeout_ms;  /* how long a request waits for a slot */
     int64_t upstream_timeout_ms;
@@ -36,6 +38,9 @@ typedef struct coord {
 http_fast_rc coord_fast(http_req *req, void *app);
 void coord_handle(http_req *req, void *app);
 void coord_observe(http_req *req, int status, int64_t dur_us, void *app);
+/* Who made the request, for per-key limits: "key-" and a digest of its API
+ * key, or "" without keys. */
+void coord_owner(coord *c, http_req *req, char out[40]);
 
 /* Handlers, one file each (api/openai.c, api/tasks.c, api/nodes.c). */
 void api_openai_proxy(coord *c, http_req *req, int kind);
@@ -46,6 +51,8 @@ void api_tasks_get(coord *c, http_req *req, const char *id);
 void api_tasks_list(coord *c, http_req *req);
 void api_tasks_cancel(coord *c, http_req *req, const char *id);
 void api_nodes(coord *c, http_req *req);
+/* POST /v1/nodes/{id}/drain, /undrain; DELETE /v1/nodes/{id} (admin). */
+void api_node_admin(coord *c, http_req *req, const char *id, const char *verb);
 void api_register(coord *c, http_req *req);
 void api_heartbeat(coord *c, http_req *req);
 void api_metrics(coord *c, http_req *req);

@@ -16,6 +16,31 @@ void api_nodes(coord *c, http_req *req)
     json_decref(j);
 }
 
+void api_node_admin(coord *c, http_req *req, const char *id, const char *verb)
+{
+    int64_t now = mono_ms();
+    int rc;
+    if (!strcmp(verb, "forget")) {
+        const char *force = http_req_query(req, "force");
+        rc = registry_forget(c->reg, id, force && (!strcmp(force, "1") || !strcmp(force, "true")));
+        if (rc == -2) {
+            api_error(req, 409, "invalid_request_error", "node_live", NULL,
+                      "node '%s' is not offline; its worker would register again (stop it first, or add ?force=1)", id);
+            return;
+        }
+    } else {
+        rc = registry_set_drain(c->reg, id, !strcmp(verb, "drain"), now);
+    }
+    if (rc == -1) {
+        api_error(req, 404, "invalid_request_error", "node_not_found", NULL, "no node with id '%s'", id);
+        return;
+    }
+    json_t *j = json_pack("{s:s, s:s, s:b}", "id", id, "action", verb, "ok", 1);
+    http_respond_json(req, 200, j);
+    json_decref(j);
+    dispatcher_wake(c->disp);
+}
+
 typedef int (*control_fn)(registry *, const char *, json_t *, const char *, int64_t, json_t **, char *, size_t);
 
 static void control(coord *c, http_req *req, control_fn fn)
@@ -58,6 +83,10 @@ void api_metrics(coord *c, http_req *req)
         buf_printf(&out, "gpupool_nodes{state=\"%s\"} %d\n", node_state_name((node_state)i), nodes[i]);
     metrics_header(&out, "gpupool_dispatch_running", "gauge", "Async task attempts in flight.");
     buf_printf(&out, "gpupool_dispatch_running %d\n", dispatcher_running(c->disp));
+    metrics_header(&out, "gpupool_cold_starts_total", "counter", "Requests placed on a node that had to start the model.");
+    buf_printf(&out, "gpupool_cold_starts_total %llu\n", (unsigned long long)registry_cold_starts(c->reg));
+    metrics_header(&out, "gpupool_hedged_attempts_total", "counter", "Slow attempts started again on another node.");
+    buf_printf(&out, "gpupool_hedged_attempts_total %llu\n", (unsigned long long)dispatcher_hedges(c->disp));
     metrics_header(&out, "gpupool_uptime_seconds", "gauge", "Seconds since the coordinator started.");
     buf_printf(&out, "gpupool_uptime_seconds %lld\n", (long long)((mono_ms() - c->started_mono) / 1000));
     http_respond(req, 200, "text/plain; version=0.0.4; charset=utf-8", out.data, out.len);

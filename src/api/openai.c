@@ -29,11 +29,26 @@ typedef struct lease_hold {
     node_lease lease;
 } lease_hold;
 
+/* What the call taught about the node, for its profile (callers skip calls
+ * the client left, which teach nothing). */
+static void observe(registry *reg, const node_lease *l, long status, int ok, const char *body, size_t len,
+                    int64_t started_us, double first_byte_ms)
+{
+    call_sample s = {.total_ms = (double)(mono_us() - started_us) / 1000.0, .first_byte_ms = first_byte_ms};
+    if (ok && status == 200) call_sample_parse_answer(&s, body, len);
+    registry_observe(reg, l, ok, &s, mono_ms());
+}
+
 static void release_on_finish(void *ctx, const relay_outcome *o)
 {
     lease_hold *h = ctx;
     if (o->upstream_failed) log_warn("stream from %s ended early: %s", h->lease.node_id, o->error);
-    registry_release(h->reg, &h->lease, mono_ms(), registry_status_served(o->status) && !o->upstream_failed);
+    int ok = registry_status_served(o->status) && !o->upstream_failed;
+    if (!o->client_gone) {
+        call_sample s = {.total_ms = o->total_us / 1000.0, .first_byte_ms = o->first_byte_us / 1000.0};
+        registry_observe(h->reg, &h->lease, ok, &s, mono_ms());
+    }
+    registry_release(h->reg, &h->lease, mono_ms(), ok);
     free(h);
 }
 
@@ -60,6 +75,19 @@ static void retry_after(coord *c, http_req *req)
 
 
 
+/* What placement needs from the request: its size, its answer's length and
+ * its priority (X-Gpupool-Priority, 0-9, default 5). */
+static reg_request describe(const char *model, json_t *body, api_kind kind, http_req *req)
+{
+    size_t len;
+    http_req_body(req, &len);
+    const char *p = http_req_header(req, "X-Gpupool-Priority");
+    int prio = p && p[0] >= '0' && p[0] <= '9' && !p[1] ? p[0] - '0' : 5;
+    double max_tokens = kind == KIND_EMBEDDING ? 1 : api_requested_max_tokens(body);
+    return (reg_request){.model = model, .prompt_tokens = api_estimate_prompt_tokens(body),
+                         .max_tokens = max_tokens, .payload_bytes = (double)len, .priority = prio};
+}
+
 static void served_by(http_req *req, const node_lease *l)
 {
     http_set_header(req, "X-Gpupool-Node", l->node_id);
@@ -72,8 +100,11 @@ static int forward_buffered(coord *c, http_req *req, const http_call_opts *o, co
                             char *why, size_t whylen)
 {
     http_result res;
+    int64_t t0 = mono_us();
     relay_call_buffered(o, req, &res);
-    registry_release(c->reg, lease, mono_ms(), registry_status_served(res.status) && !node_refused(res.status, res.body));
+    int ok = registry_status_served(res.status) && !node_refused(res.status, res.body);
+    if (!http_req_client_gone(req)) observe(c->reg, lease, res.status, ok, res.body, res.body_len, t0, 0);
+    registry_release(c->reg, lease, mono_ms(), ok);
     int done = 1;
     if (res.status == 0 && http_req_client_gone(req)) {
         api_error(req, 499, "invalid_request_error", "client_closed", NULL, "the client left");
@@ -148,6 +179,7 @@ void api_openai_proxy(coord *c, http_req *req, int kind)
     char model[256];
     snprintf(model, sizeof model, "%s", json_string_value(json_object_get(body, "model")));
     int stream = json_is_true(json_object_get(body, "stream"));
+    reg_request rq = describe(model, body, (api_kind)kind, req);
     json_decref(body);
 
     if (!registry_model_known(c->reg, model)) {
@@ -172,7 +204,7 @@ void api_openai_proxy(coord *c, http_req *req, int kind)
 
     for (int attempt = ntried; attempt < tries; attempt++) {
         node_lease lease;
-        reg_wait w = registry_acquire_wait(c->reg, model, tried, ntried, deadline, c->cfg.queue_max, &lease);
+        reg_wait w = registry_acquire_wait(c->reg, &rq, tried, ntried, deadline, c->cfg.queue_max, &lease);
         if (w == REG_NO_MODEL) {
             api_error(req, 404, "invalid_request_error", "model_not_found", "model",
                       "the model '%s' is not served by any node in the pool", model);
@@ -228,13 +260,16 @@ typedef struct fast_call {
     coord *c;
     http_req *req;
     node_lease lease;
+    int64_t started_us;
 } fast_call;
 
 static void fast_done(void *ctx, http_result *res)
 {
     fast_call *f = ctx;
     http_req *req = f->req;
-    registry_release(f->c->reg, &f->lease, mono_ms(), registry_status_served(res->status) && !node_refused(res->status, res->body));
+    int ok = registry_status_served(res->status) && !node_refused(res->status, res->body);
+    if (!http_req_client_gone(req)) observe(f->c->reg, &f->lease, res->status, ok, res->body, res->body_len, f->started_us, 0);
+    registry_release(f->c->reg, &f->lease, mono_ms(), ok);
     if (res->status && !node_refused(res->status, res->body)) {
         served_by(req, &f->lease);
         relay_respond_result(req, res);
@@ -281,8 +316,9 @@ http_fast_rc api_openai_fast(coord *c, http_req *req, int kind)
      * thread instead; so do calls while others already wait (first come,
      * first served). */
     fast_call *f = NULL;
+    reg_request rq = describe(model, body, (api_kind)kind, req);
     if (stream || registry_waiters(c->reg) > 0 || !(f = calloc(1, sizeof *f)) ||
-        registry_acquire(c->reg, model, NULL, 0, &f->lease) != PLACE_OK) {
+        registry_acquire(c->reg, &rq, NULL, 0, &f->lease) != PLACE_OK) {
         free(f);
         json_decref(body);
         return HTTP_PASS;
@@ -290,6 +326,7 @@ http_fast_rc api_openai_fast(coord *c, http_req *req, int kind)
     json_decref(body);
     f->c = c;
     f->req = req;
+    f->started_us = mono_us();
     size_t len;
     const char *raw = http_req_body(req, &len);
     char url[512];

@@ -25,7 +25,31 @@ static int authorized(coord *c, http_req *req)
     return 0;
 }
 
+void coord_owner(coord *c, http_req *req, char out[40])
+{
+    out[0] = 0;
+    const char *key = http_req_bearer(req);
+    if (c->cfg.nkeys == 0 || !key) return;
+    /* A digest, so the key itself is never stored or shown. */
+    char digest[65];
+    sha256_hex(key, strlen(key), digest);
+    snprintf(out, 40, "key-%.12s", digest);
+}
+
 static int is(const char *a, const char *b) { return !strcmp(a, b); }
+
+/* Administration needs an admin key whenever keys are in use. */
+static int admin_authorized(coord *c, http_req *req)
+{
+    if (!authorized(c, req)) return 0;
+    if (c->cfg.nkeys == 0) return 1;
+    const char *key = http_req_bearer(req);
+    for (int i = 0; i < c->cfg.nadmin; i++)
+        if (secret_equal(key, c->cfg.admin_keys[i])) return 1;
+    log_warn("refused %s %s from %s: not an admin key", http_req_method(req), http_req_path(req), http_req_peer(req));
+    api_error(req, 403, "invalid_request_error", "admin_required", NULL, "this needs an admin API key");
+    return 0;
+}
 
 static const struct {
     const char *path;
@@ -73,6 +97,23 @@ static metrics_route route_and_run(coord *c, http_req *req)
         if (authorized(c, req)) api_nodes(c, req);
         return ROUTE_NODES;
     }
+    if (!strncmp(p, "/v1/nodes/", 10) && p[10]) {
+        char id[64];
+        const char *slash = strchr(p + 10, '/');
+        size_t idlen = slash ? (size_t)(slash - (p + 10)) : strlen(p + 10);
+        const char *verb = slash ? slash + 1 : "";
+        if (idlen == 0 || idlen >= sizeof id) goto not_found;
+        memcpy(id, p + 10, idlen);
+        id[idlen] = 0;
+        if (!*verb && del) verb = "forget";
+        else if ((is(verb, "drain") || is(verb, "undrain")) && !post) goto wrong_method;
+        else if (!is(verb, "drain") && !is(verb, "undrain")) {
+            if (!*verb) goto wrong_method;
+            goto not_found;
+        }
+        if (admin_authorized(c, req)) api_node_admin(c, req, id, verb);
+        return ROUTE_NODES;
+    }
     if (is(p, "/v1/plan")) {
         if (!post) goto wrong_method;
         if (authorized(c, req)) api_plan(c, req);
@@ -89,6 +130,7 @@ static metrics_route route_and_run(coord *c, http_req *req)
         if (del) { if (authorized(c, req)) api_tasks_cancel(c, req, id); return ROUTE_TASKS_CANCEL; }
         goto wrong_method;
     }
+not_found:
     api_error(req, 404, "invalid_request_error", "not_found", NULL, "no such endpoint: %s %s", m, p);
     return ROUTE_OTHER;
 wrong_method:

@@ -24,11 +24,23 @@ static json_t *task_view(coord *c, const char *id, int *found)
     json_t *attempts = store_task_attempts(c->st, id);
     json_object_set_new(j, "attempt_history", attempts ? attempts : json_array());
     int64_t ahead;
-    if (!strcmp(t.status, "queued") && store_task_queue_position(c->st, id, &ahead) == STORE_OK) {
-        /* The ETA assumes the pool keeps draining at its rate of the last minute. */
-        double rate = registry_drain_rate(c->reg, mono_ms());
-        json_object_set_new(j, "queue_position", json_integer(ahead));
-        json_object_set_new(j, "eta_ms", rate > 0 ? json_integer((json_int_t)((ahead + 1) / rate * 1000)) : json_null());
+    double work_ahead = 0;
+    if (!strcmp(t.status, "queued")) {
+        /* The dispatcher's own order when it has placed the task in one;
+         * before its first pass, the store's priority order. */
+        int known = dispatcher_queue_position(c->disp, id, &ahead, &work_ahead) == 0;
+        if (known || store_task_queue_position(c->st, id, &ahead) == STORE_OK) {
+            /* The ETA assumes the pool keeps draining at its rate of the last
+             * minute; before it has one, the estimated work ahead spread
+             * over the pool's slots. */
+            double rate = registry_drain_rate(c->reg, mono_ms());
+            int slots = registry_total_slots(c->reg);
+            json_t *eta = json_null();
+            if (rate > 0) eta = json_integer((json_int_t)((ahead + 1) / rate * 1000));
+            else if (known && slots > 0) eta = json_integer((json_int_t)(work_ahead / slots));
+            json_object_set_new(j, "queue_position", json_integer(ahead));
+            json_object_set_new(j, "eta_ms", eta);
+        }
     }
     task_rec_free(&t);
     return j;
@@ -102,9 +114,12 @@ void api_tasks_create(coord *c, http_req *req)
     sha256_hex(raw, len, hash);
     make_id(id, sizeof id, "task");
     char *input_text = json_dumps(in, JSON_COMPACT);
+    char owner[40];
+    coord_owner(c, req, owner);
     task_new t = {.id = id, .type = api_kind_task_type(kind), .model = json_string_value(model),
                   .priority = priority, .input_json = input_text, .idem_key = key, .body_hash = hash,
-                  .max_attempts = max_attempts, .created_ms = wall_ms()};
+                  .max_attempts = max_attempts, .created_ms = wall_ms(), .owner = owner,
+                  .prompt_tokens = api_estimate_prompt_tokens(in), .max_tokens = api_requested_max_tokens(in)};
     int rc = store_task_insert(c->st, &t, existing);
     free(input_text);
     if (rc == STORE_DUPLICATE) {

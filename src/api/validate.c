@@ -122,3 +122,45 @@ int api_validate_body(api_kind k, json_t *body, api_invalid *why)
         return fail(why, "invalid_value", "type", "unknown request kind");
     }
 }
+
+/* Tokens in a string: about four bytes of Latin text make a token, and a
+ * CJK character (three bytes in UTF-8) about one. */
+static double string_tokens(const char *s, size_t len)
+{
+    double ascii = 0, wide = 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch < 0x80) ascii++;
+        else if ((ch & 0xC0) != 0x80) wide++; /* a lead byte: one character */
+    }
+    return ascii / 4 + wide;
+}
+
+static double json_tokens(json_t *v, int depth)
+{
+    if (depth > 8) return 0;
+    if (json_is_string(v)) return string_tokens(json_string_value(v), json_string_length(v));
+    double n = 0;
+    size_t i;
+    json_t *x;
+    const char *k;
+    if (json_is_array(v)) json_array_foreach(v, i, x) n += json_tokens(x, depth + 1);
+    else if (json_is_object(v)) json_object_foreach(v, k, x) n += json_tokens(x, depth + 1);
+    return n;
+}
+
+double api_estimate_prompt_tokens(json_t *body)
+{
+    double n = 0;
+    const char *fields[] = {"messages", "prompt", "input", NULL};
+    for (int i = 0; fields[i]; i++) n += json_tokens(json_object_get(body, fields[i]), 0);
+    return n;
+}
+
+double api_requested_max_tokens(json_t *body)
+{
+    json_t *m = json_object_get(body, "max_completion_tokens");
+    if (!json_is_integer(m)) m = json_object_get(body, "max_tokens");
+    if (!json_is_integer(m)) m = json_object_get(body, "num_predict"); /* Ollama's name */
+    return json_is_integer(m) && json_integer_value(m) > 0 ? (double)json_integer_value(m) : 0;
+}

@@ -21,4 +21,10 @@ typedef struct api_invalid {
 /* Returns 0 when the body is acceptable for the kind. */
 int api_validate_body(api_kind k, json_t *body, api_invalid *why);
 
+/* Rough sizes for placement and queue order, from a validated body: the
+ * prompt's tokens (about four bytes of Latin text, or one CJK character, per
+ * token) and the requested max_tokens (0 when not given). */
+double api_estimate_prompt_tokens(json_t *body);
+double api_requested_max_tokens(json_t *body);
+
 #endif

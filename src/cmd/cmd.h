@@ -9,5 +9,9 @@ int cmd_serve(int argc, char **argv);
 int cmd_worker(int argc, char **argv);
 int cmd_sim_engine(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
+int cmd_nodes(int argc, char **argv);
+int cmd_drain(int argc, char **argv);
+int cmd_undrain(int argc, char **argv);
+int cmd_forget(int argc, char **argv);
 
 #endif

@@ -25,6 +25,10 @@ typedef struct serve_opts {
     long task_timeout_ms;
     coord_cfg cc;
     cidr_list allow;
+    place_cfg placement;
+    queue_cfg queue;
+    double hedge_factor;
+    long hedge_min_ms, backoff_ms;
 } serve_opts;
 
 static void usage(FILE *f)
@@ -51,8 +55,30 @@ static void usage(FILE *f)
             "  --breaker-cooldown-ms N   first pause before probing it again; doubles (default 5000)\n"
             "  --task-timeout-ms N       longest run of one task attempt (default 600000)\n"
             "  --models-dir DIR          GGUF files that POST /v1/plan may read\n"
+            "  --admin-key KEY           an API key that may also drain and forget nodes (repeatable;\n"
+            "                            or GPUPOOL_ADMIN_KEYS); without any key everyone may\n"
+            "  --placement POLICY        gpupool (default), round-robin or least-connections\n"
+            "  --placement-weights SPEC  e.g. speed=1,affinity=1,load=1,link=1,success=2,temp=1,\n"
+            "                            hot_c=83,defer=0.5 (see docs/config.md)\n"
+            "  --queue-aging-ms N        waiting this long lifts a task one priority class (default 30000)\n"
+            "  --key-max-running N       running tasks one API key may have (default 0: no limit)\n"
+            "  --key-max-share F         share of the pool's slots one key may hold while others\n"
+            "                            wait, 0..1 (default 0: no limit)\n"
+            "  --hedge-factor F          start a slow attempt again elsewhere past F x its estimate\n"
+            "                            (default 2; 0 = never)\n"
+            "  --hedge-min-ms N          never sooner than this (default 2000)\n"
+            "  --retry-backoff-ms N      first delay before a failed task runs again; doubles (default 250)\n"
             "  --port-file FILE          write the bound port here once listening\n"
             "  --config FILE             read options from FILE (key = value lines)\n");
+}
+
+static int parse_double(const char *s, double lo, double hi, double *out)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || *end || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
 }
 
 static int add_key(serve_opts *o, const char *k)
@@ -69,10 +95,22 @@ static int load_keys_file(serve_opts *o, const char *path)
     if (!f) { fprintf(stderr, "gpupool serve: cannot read %s: %s\n", path, strerror(errno)); return -1; }
     char line[512];
     while (fgets(line, sizeof line, f)) {
+        /* "KEY" or "KEY admin" (also "KEY role=admin"); # starts a comment. */
         char *s = line;
+        line[strcspn(line, "#\r\n")] = 0;
         while (*s == ' ' || *s == '\t') s++;
-        s[strcspn(s, " \t\r\n#")] = 0;
-        if (*s && add_key(o, s)) { fclose(f); fprintf(stderr, "gpupool serve: too many API keys\n"); return -1; }
+        char *rest = s + strcspn(s, " \t");
+        if (*rest) *rest++ = 0;
+        while (*rest == ' ' || *rest == '\t') rest++;
+        rest[strcspn(rest, " \t")] = 0;
+        int admin = !strcmp(rest, "admin") || !strcmp(rest, "role=admin");
+        if (!*s) continue;
+        if (add_key(o, s) || (admin && o->cc.nadmin >= COORD_MAX_KEYS)) {
+            fclose(f);
+            fprintf(stderr, "gpupool serve: too many API keys\n");
+            return -1;
+        }
+        if (admin) o->cc.admin_keys[o->cc.nadmin++] = strdup(s);
     }
     fclose(f);
     return 0;
@@ -87,8 +125,12 @@ static int parse(int argc, char **argv, serve_opts *o)
         {"upstream-timeout-ms", 1, 0, 'u'}, {"heartbeat-ms", 1, 0, 'h'}, {"missed-heartbeats", 1, 0, 'm'},
         {"token-ttl-s", 1, 0, 't'}, {"max-attempts", 1, 0, 'A'}, {"task-timeout-ms", 1, 0, 'T'},
         {"port-file", 1, 0, 'p'}, {"models-dir", 1, 0, 'M'}, {"breaker-failures", 1, 0, 'F'},
-        {"breaker-cooldown-ms", 1, 0, 'C'}, {"help", 0, 0, 'H'}, {0, 0, 0, 0}};
+        {"breaker-cooldown-ms", 1, 0, 'C'}, {"admin-key", 1, 0, 'X'}, {"placement", 1, 0, 'P'},
+        {"placement-weights", 1, 0, 'W'}, {"queue-aging-ms", 1, 0, 'g'}, {"key-max-running", 1, 0, 'r'},
+        {"key-max-share", 1, 0, 's'}, {"hedge-factor", 1, 0, 'e'}, {"hedge-min-ms", 1, 0, 'E'},
+        {"retry-backoff-ms", 1, 0, 'B'}, {"help", 0, 0, 'H'}, {0, 0, 0, 0}};
     long v;
+    double f;
     char err[200];
     int c;
     optind = 1;
@@ -121,7 +163,32 @@ static int parse(int argc, char **argv, serve_opts *o)
         INTOPT('T', o->task_timeout_ms, 100, 86400000, "--task-timeout-ms")
         INTOPT('F', o->breaker_failures, 1, 1000, "--breaker-failures")
         INTOPT('C', o->breaker_cooldown_ms, 100, 3600000, "--breaker-cooldown-ms")
+        INTOPT('g', o->queue.aging_ms, 0, 86400000, "--queue-aging-ms")
+        INTOPT('r', o->queue.key_max_running, 0, 1000000, "--key-max-running")
+        INTOPT('E', o->hedge_min_ms, 1, 86400000, "--hedge-min-ms")
+        INTOPT('B', o->backoff_ms, 1, 600000, "--retry-backoff-ms")
 #undef INTOPT
+#define DBLOPT(ch, field, lo, hi, name) \
+        case ch: if (parse_double(optarg, lo, hi, &f)) { fprintf(stderr, "gpupool serve: %s wants a number from %g to %g\n", name, (double)lo, (double)hi); return -1; } field = f; break;
+        DBLOPT('s', o->queue.key_max_share, 0, 1, "--key-max-share")
+        DBLOPT('e', o->hedge_factor, 0, 1000, "--hedge-factor")
+#undef DBLOPT
+        case 'X':
+            if (add_key(o, optarg) || o->cc.nadmin >= COORD_MAX_KEYS) { fprintf(stderr, "gpupool serve: too many API keys\n"); return -1; }
+            o->cc.admin_keys[o->cc.nadmin++] = strdup(optarg);
+            break;
+        case 'P':
+            if (place_policy_parse(optarg, &o->placement.policy)) {
+                fprintf(stderr, "gpupool serve: --placement wants gpupool, round-robin or least-connections\n");
+                return -1;
+            }
+            break;
+        case 'W':
+            if (place_weights_parse(optarg, &o->placement.w, err, sizeof err)) {
+                fprintf(stderr, "gpupool serve: --placement-weights: %s\n", err);
+                return -1;
+            }
+            break;
         case 'p': o->port_file = optarg; break;
         case 'M': o->cc.models_dir = optarg; break;
         case 'H': usage(stdout); exit(0);
@@ -171,7 +238,9 @@ int cmd_serve(int argc0, char **argv0)
     serve_opts o = {.listen = "127.0.0.1:8420", .data = "./gpupool-data", .heartbeat_ms = 2000, .missed = 3,
                     .token_ttl_s = 600, .task_timeout_ms = 600000,
                     .cc = {.queue_max = 256, .queue_timeout_ms = 60000, .upstream_timeout_ms = 600000,
-                           .max_attempts = 3}};
+                           .max_attempts = 3},
+                    .queue = {.aging_ms = 30000}, .hedge_factor = 2, .hedge_min_ms = 2000, .backoff_ms = 250};
+    place_weights_default(&o.placement.w);
     int rc = 2;
     char *token = NULL;
     store *st = NULL;
@@ -184,6 +253,13 @@ int cmd_serve(int argc0, char **argv0)
     if (envkeys) {
         char *copy = strdup(envkeys), *save = NULL;
         for (char *k = strtok_r(copy, ", ", &save); k; k = strtok_r(NULL, ", ", &save)) add_key(&o, k);
+        free(copy);
+    }
+    const char *envadmin = getenv("GPUPOOL_ADMIN_KEYS");
+    if (envadmin) {
+        char *copy = strdup(envadmin), *save = NULL;
+        for (char *k = strtok_r(copy, ", ", &save); k; k = strtok_r(NULL, ", ", &save))
+            if (!add_key(&o, k) && o.cc.nadmin < COORD_MAX_KEYS) o.cc.admin_keys[o.cc.nadmin++] = strdup(k);
         free(copy);
     }
     if (!http_listen_is_loopback(o.listen) && o.cc.nkeys == 0) {
@@ -209,9 +285,12 @@ int cmd_serve(int argc0, char **argv0)
 
     registry_cfg rc_cfg = {.join_token = token, .allow = o.allow, .heartbeat_ms = o.heartbeat_ms,
                            .missed_beats = (int)o.missed, .token_ttl_ms = o.token_ttl_s * 1000,
-                           .breaker_failures = (int)o.breaker_failures, .breaker_cooldown_ms = o.breaker_cooldown_ms};
+                           .breaker_failures = (int)o.breaker_failures, .breaker_cooldown_ms = o.breaker_cooldown_ms,
+                           .placement = o.placement};
     reg = registry_new(&rc_cfg);
-    dispatch_cfg dc = {.st = st, .reg = reg, .max_attempts = o.cc.max_attempts, .task_timeout_ms = o.task_timeout_ms};
+    dispatch_cfg dc = {.st = st, .reg = reg, .max_attempts = o.cc.max_attempts, .task_timeout_ms = o.task_timeout_ms,
+                       .queue = o.queue, .hedge_factor = o.hedge_factor, .hedge_min_ms = o.hedge_min_ms,
+                       .backoff_ms = o.backoff_ms};
     disp = dispatcher_start(&dc);
     if (!reg || !disp) { fprintf(stderr, "gpupool serve: cannot start the scheduler\n"); goto done; }
     registry_on_change(reg, (void (*)(void *))dispatcher_wake, disp);
@@ -223,8 +302,9 @@ int cmd_serve(int argc0, char **argv0)
     if (!srv) { fprintf(stderr, "gpupool serve: %s\n", err); goto done; }
     int port = http_server_port(srv);
     if (o.port_file && write_port_file(o.port_file, port)) log_warn("cannot write the port file %s", o.port_file);
-    log_info("coordinator listening on %s (port %d), data in %s, %s", o.listen, port, o.data,
-             o.cc.nkeys ? "client API keys required" : "no client API keys (loopback only)");
+    log_info("coordinator listening on %s (port %d), data in %s, %s, placement %s", o.listen, port, o.data,
+             o.cc.nkeys ? "client API keys required" : "no client API keys (loopback only)",
+             place_policy_name(o.placement.policy));
 
     char offline[64][40];
     for (;;) {
@@ -244,6 +324,7 @@ done:
     registry_free(reg);
     store_close(st);
     for (int i = 0; i < o.cc.nkeys; i++) free(o.cc.api_keys[i]);
+    for (int i = 0; i < o.cc.nadmin; i++) free(o.cc.admin_keys[i]);
     free(token);
     opts_free_argv(argv);
     if (rc == 0) http_client_global_cleanup();

@@ -39,6 +39,11 @@ typedef struct node {
     int64_t cooldown_ms;  /* the next cooldown */
     int half_open;        /* cooldown over: one probe may go */
     int probing;          /* that probe is out */
+    /* what placement reads besides the above */
+    int engine_busy, engine_queued; /* the engines' own load signals */
+    int temp_c, throttled;          /* the hottest GPU */
+    node_profile prof;
+    int admin_drained;    /* drained by hand: no new work whatever the beats say */
 } node;
 
 struct registry {
@@ -55,6 +60,8 @@ struct registry {
     void (*on_change)(void *);
     void *on_change_ctx;
     int stopping;
+    unsigned rr_ticket;   /* round-robin's running counter */
+    uint64_t cold_starts;
 };
 
 const char *node_state_name(node_state s)
@@ -77,6 +84,8 @@ registry *registry_new(const registry_cfg *cfg)
     if (r->cfg.token_ttl_ms <= 0) r->cfg.token_ttl_ms = 600000;
     if (r->cfg.breaker_failures <= 0) r->cfg.breaker_failures = 3;
     if (r->cfg.breaker_cooldown_ms <= 0) r->cfg.breaker_cooldown_ms = 5000;
+    static const place_weights unset;
+    if (!memcmp(&r->cfg.placement.w, &unset, sizeof unset)) place_weights_default(&r->cfg.placement.w);
     return r;
 }
 
@@ -103,16 +112,19 @@ static uint64_t loadable_need(const node *nd, const char *model, int *found)
     return 0;
 }
 
+static void node_free(node *nd)
+{
+    node_free_models(nd);
+    json_decref(nd->gpus);
+    json_decref(nd->engines);
+    json_decref(nd->loadable_json);
+    free(nd);
+}
+
 void registry_free(registry *r)
 {
     if (!r) return;
-    for (int i = 0; i < r->n; i++) {
-        node_free_models(r->nodes[i]);
-        json_decref(r->nodes[i]->gpus);
-        json_decref(r->nodes[i]->engines);
-        json_decref(r->nodes[i]->loadable_json);
-        free(r->nodes[i]);
-    }
+    for (int i = 0; i < r->n; i++) node_free(r->nodes[i]);
     free(r->nodes);
     free(r->join_token);
     pthread_mutex_destroy(&r->mu);
@@ -172,19 +184,26 @@ static void absorb_report(node *nd, json_t *req)
     nd->gpus = json_is_array(gpus) ? json_deep_copy(gpus) : json_array();
     nd->engines = json_is_array(engines) ? json_deep_copy(engines) : json_array();
     nd->free_vram = nd->total_vram = 0;
+    nd->temp_c = -1;
+    nd->throttled = 0;
     size_t i;
     json_t *g;
     json_array_foreach(nd->gpus, i, g) {
         nd->free_vram += (uint64_t)json_integer_value(json_object_get(g, "free_bytes"));
         nd->total_vram += (uint64_t)json_integer_value(json_object_get(g, "total_bytes"));
+        json_t *t = json_object_get(g, "temperature_c");
+        if (json_is_integer(t) && json_integer_value(t) > nd->temp_c) nd->temp_c = (int)json_integer_value(t);
+        nd->throttled |= json_is_true(json_object_get(g, "throttled"));
     }
     node_free_models(nd);
-    nd->slots = 0;
+    nd->slots = nd->engine_busy = nd->engine_queued = 0;
     json_t *e;
     json_array_foreach(nd->engines, i, e) {
         if (!json_is_true(json_object_get(e, "healthy"))) continue;
         json_int_t s = json_integer_value(json_object_get(e, "slots"));
         nd->slots += s > 0 ? (int)s : 1;
+        nd->engine_busy += (int)json_integer_value(json_object_get(e, "slots_busy"));
+        nd->engine_queued += (int)json_integer_value(json_object_get(e, "queued"));
         size_t j;
         json_t *m;
         json_array_foreach(json_object_get(e, "models"), j, m) {
@@ -334,8 +353,13 @@ int registry_heartbeat(registry *r, const char *bearer, json_t *req, const char 
     node_state was = nd->state;
     json_t *ready = json_object_get(req, "ready");
     const char *reason = json_string_value(json_object_get(req, "not_ready_reason"));
-    if (json_is_true(json_object_get(req, "draining"))) {
+    const char *drain_why = json_string_value(json_object_get(req, "draining_reason"));
+    if (nd->admin_drained) {
         nd->state = NODE_DRAINING;
+        snprintf(nd->state_reason, sizeof nd->state_reason, "drained by an administrator");
+    } else if (json_is_true(json_object_get(req, "draining"))) {
+        nd->state = NODE_DRAINING;
+        snprintf(nd->state_reason, sizeof nd->state_reason, "%s", drain_why ? drain_why : "the worker is draining");
     } else if (ready && !json_is_true(ready)) {
         nd->state = NODE_NOT_READY;
         snprintf(nd->state_reason, sizeof nd->state_reason, "%s", reason ? reason : "self-check failed");
@@ -422,66 +446,123 @@ static int excluded(const char *id, const char *const *ex, int nex)
     return 0;
 }
 
+/* The pool's figures for a model, for nodes that have not measured it: the
+ * best any node measured.  Optimistic on purpose, so that an untried node
+ * gets tried rather than losing every tie to one already measured.
+ * Caller holds the lock. */
+static void pool_priors(registry *r, const char *model, place_request *pr)
+{
+    pr->prior_ttft_ms = pr->prior_tps = pr->prior_load_ms = 0;
+    for (int i = 0; i < r->n; i++) {
+        const model_speed *m = profile_speed(&r->nodes[i]->prof, model);
+        if (!m) continue;
+        if (m->ttft_ms > 0 && (!pr->prior_ttft_ms || m->ttft_ms < pr->prior_ttft_ms)) pr->prior_ttft_ms = m->ttft_ms;
+        if (m->tps > pr->prior_tps) pr->prior_tps = m->tps;
+        if (m->load_ms > 0 && (!pr->prior_load_ms || m->load_ms < pr->prior_load_ms)) pr->prior_load_ms = m->load_ms;
+    }
+}
+
+static place_request to_place_request(registry *r, const reg_request *rq)
+{
+    place_request pr = {.prompt_tokens = rq->prompt_tokens, .max_tokens = rq->max_tokens,
+                        .payload_bytes = rq->payload_bytes, .rr_ticket = r->rr_ticket};
+    pool_priors(r, rq->model, &pr);
+    return pr;
+}
+
+/* A success rate that a single early failure does not sink: four virtual
+ * successes stand in for the calls not yet seen. */
+static double smoothed_success(const node *nd, int64_t now)
+{
+    int calls = 0;
+    double rate = profile_success_rate(&nd->prof, now, &calls);
+    if (calls == 0) return -1;
+    return (rate * calls + 4) / (calls + 4);
+}
+
+static place_candidate candidate(const node *nd, const char *model, const char *const *ex, int nex, int64_t now)
+{
+    int loadable;
+    uint64_t need = loadable_need(nd, model, &loadable);
+    int breaker_ok = !nd->open_until && !(nd->half_open && nd->probing);
+    const model_speed *m = profile_speed(&nd->prof, model);
+    return (place_candidate){.id = nd->id, .ready = nd->state == NODE_READY && breaker_ok,
+                             .has_model = has_model(nd, model), .loadable = loadable, .need_bytes = need,
+                             .excluded = excluded(nd->id, ex, nex), .inflight = nd->inflight,
+                             .slots = nd->slots, .free_vram = nd->free_vram, .engine_busy = nd->engine_busy,
+                             .engine_queued = nd->engine_queued, .ttft_ms = m ? m->ttft_ms : 0,
+                             .tps = m ? m->tps : 0, .load_ms = m ? m->load_ms : 0,
+                             .success = smoothed_success(nd, now), .temp_c = nd->temp_c,
+                             .throttled = nd->throttled, .link_bytes_per_ms = nd->prof.link_bytes_per_ms};
+}
+
 /* Caller holds the lock. */
-static place_block try_acquire(registry *r, const char *model, const char *const *ex, int nex, node_lease *out)
+static place_block try_acquire(registry *r, const reg_request *rq, const char *const *ex, int nex, node_lease *out)
 {
     place_candidate stackc[64] = {{0}};
     place_candidate *c = r->n <= 64 ? stackc : calloc((size_t)r->n, sizeof *c);
     if (!c) return PLACE_BUSY;
-    for (int i = 0; i < r->n; i++) {
-        node *nd = r->nodes[i];
-        int loadable;
-        uint64_t need = loadable_need(nd, model, &loadable);
-        int breaker_ok = !nd->open_until && !(nd->half_open && nd->probing);
-        c[i] = (place_candidate){.id = nd->id, .ready = nd->state == NODE_READY && breaker_ok,
-                                 .has_model = has_model(nd, model), .loadable = loadable, .need_bytes = need,
-                                 .excluded = excluded(nd->id, ex, nex),
-                                 .inflight = nd->inflight, .slots = nd->slots, .free_vram = nd->free_vram};
-    }
-    int pick = placement_pick(c, (size_t)r->n);
-    place_block why = pick >= 0 ? PLACE_OK : placement_why(c, (size_t)r->n);
+    int64_t now = rq->now ? rq->now : mono_ms();
+    for (int i = 0; i < r->n; i++) c[i] = candidate(r->nodes[i], rq->model, ex, nex, now);
+    place_request pr = to_place_request(r, rq);
+    double est = 0;
+    int pick = placement_pick(&r->cfg.placement, &pr, c, (size_t)r->n, &est);
+    place_block why = pick >= 0 ? PLACE_OK : pick == PLACE_DEFER ? PLACE_BUSY
+                                                                 : placement_why(&r->cfg.placement, c, (size_t)r->n);
+    int cold = pick >= 0 && !c[pick].has_model;
     if (c != stackc) free(c);
     if (pick < 0) return why;
     node *nd = r->nodes[pick];
     nd->inflight++;
+    r->rr_ticket++;
     if (nd->half_open) nd->probing = 1;
+    if (cold) r->cold_starts++;
     snprintf(out->node_id, sizeof out->node_id, "%s", nd->id);
     snprintf(out->address, sizeof out->address, "%s", nd->address);
     snprintf(out->token, sizeof out->token, "%s", nd->token);
+    snprintf(out->model, sizeof out->model, "%s", rq->model);
+    out->cold = cold;
+    out->est_ms = est;
     return PLACE_OK;
 }
 
-place_block registry_acquire(registry *r, const char *model, const char *const *exclude, int nexclude,
+place_block registry_acquire(registry *r, const reg_request *rq, const char *const *exclude, int nexclude,
                              node_lease *out)
 {
     pthread_mutex_lock(&r->mu);
-    place_block b = try_acquire(r, model, exclude, nexclude, out);
+    place_block b = try_acquire(r, rq, exclude, nexclude, out);
     pthread_mutex_unlock(&r->mu);
     return b;
 }
 
-/* Requests waiting for a slot, oldest first.  A waiter may lease only when no
- * older waiter wants the same model, so waits are first-come first-served per
- * model without one busy model blocking the others. */
+/* Requests waiting for a slot, oldest first.  A waiter may lease only when
+ * no other waiter for the same model goes before it: one of higher priority,
+ * or of the same priority that came earlier.  So one busy model never
+ * blocks the others. */
 typedef struct waiter {
     const char *model;
+    int priority;
     struct waiter *next;
 } waiter;
 
 static int first_for_model(registry *r, const waiter *w)
 {
-    for (const waiter *x = r->queue; x && x != w; x = x->next)
-        if (!strcmp(x->model, w->model)) return 0;
+    int earlier = 1;
+    for (const waiter *x = r->queue; x; x = x->next) {
+        if (x == w) { earlier = 0; continue; }
+        if (strcmp(x->model, w->model)) continue;
+        if (x->priority > w->priority || (x->priority == w->priority && earlier)) return 0;
+    }
     return 1;
 }
 
-reg_wait registry_acquire_wait(registry *r, const char *model, const char *const *exclude, int nexclude,
+reg_wait registry_acquire_wait(registry *r, const reg_request *rq, const char *const *exclude, int nexclude,
                                int64_t deadline, int max_waiters, node_lease *out)
 {
     pthread_mutex_lock(&r->mu);
-    waiter me = {model, NULL};
+    waiter me = {rq->model, rq->priority, NULL};
     place_block b = PLACE_BUSY;
-    if (first_for_model(r, &me)) b = try_acquire(r, model, exclude, nexclude, out);
+    if (first_for_model(r, &me)) b = try_acquire(r, rq, exclude, nexclude, out);
     if (b == PLACE_OK) { pthread_mutex_unlock(&r->mu); return REG_OK; }
     if (b == PLACE_NO_MODEL) { pthread_mutex_unlock(&r->mu); return REG_NO_MODEL; }
     if (b == PLACE_UNAVAILABLE && nexclude > 0) { pthread_mutex_unlock(&r->mu); return REG_EXHAUSTED; }
@@ -495,7 +576,7 @@ reg_wait registry_acquire_wait(registry *r, const char *model, const char *const
     struct timespec ts = mono_at(deadline);
     for (;;) {
         if (first_for_model(r, &me)) {
-            b = try_acquire(r, model, exclude, nexclude, out);
+            b = try_acquire(r, rq, exclude, nexclude, out);
             if (b == PLACE_OK) { result = REG_OK; break; }
         }
         if (mono_ms() >= deadline || r->stopping) break;
@@ -528,6 +609,98 @@ void registry_release(registry *r, const node_lease *l, int64_t now, int served)
     changed(r);
     pthread_mutex_unlock(&r->mu);
     notify(r);
+}
+
+void registry_observe(registry *r, const node_lease *l, int ok, const call_sample *s, int64_t now)
+{
+    pthread_mutex_lock(&r->mu);
+    node *nd = find_by_id(r, l->node_id);
+    if (nd) {
+        profile_observe_outcome(&nd->prof, ok, now);
+        if (ok && s) {
+            const model_speed *m = profile_speed(&nd->prof, l->model);
+            double ttft, tps;
+            profile_derive(s, m ? m->ttft_ms : 0, &ttft, &tps);
+            if (l->cold) {
+                /* The call paid for the start: what it took beyond a warm
+                 * call's time is the load.  Its speed figures are skewed. */
+                double warm = 0;
+                if (m && m->tps > 0)
+                    warm = m->ttft_ms + (s->completion_tokens > 0 ? s->completion_tokens : 0) * 1000.0 / m->tps;
+                profile_observe_load(&nd->prof, l->model, s->total_ms - warm, now);
+            } else {
+                profile_observe_speed(&nd->prof, l->model, ttft, tps, now);
+            }
+        }
+    }
+    pthread_mutex_unlock(&r->mu);
+}
+
+double registry_estimate_ms(registry *r, const reg_request *rq)
+{
+    pthread_mutex_lock(&r->mu);
+    place_request pr = to_place_request(r, rq);
+    pthread_mutex_unlock(&r->mu);
+    place_candidate none = {.success = -1, .temp_c = -1};
+    return placement_service_ms(&pr, &none);
+}
+
+uint64_t registry_cold_starts(registry *r)
+{
+    pthread_mutex_lock(&r->mu);
+    uint64_t n = r->cold_starts;
+    pthread_mutex_unlock(&r->mu);
+    return n;
+}
+
+int registry_total_slots(registry *r)
+{
+    pthread_mutex_lock(&r->mu);
+    int n = 0;
+    for (int i = 0; i < r->n; i++)
+        if (r->nodes[i]->state == NODE_READY) n += r->nodes[i]->slots;
+    pthread_mutex_unlock(&r->mu);
+    return n;
+}
+
+int registry_set_drain(registry *r, const char *node_id, int drain, int64_t now)
+{
+    (void)now;
+    pthread_mutex_lock(&r->mu);
+    node *nd = find_by_id(r, node_id);
+    if (!nd) { pthread_mutex_unlock(&r->mu); return -1; }
+    nd->admin_drained = drain;
+    if (drain && nd->state != NODE_OFFLINE) {
+        nd->state = NODE_DRAINING;
+        snprintf(nd->state_reason, sizeof nd->state_reason, "drained by an administrator");
+    } else if (!drain && nd->state == NODE_DRAINING) {
+        /* Ready again on its next heartbeat, which tells whether it is fit. */
+        nd->state = NODE_NOT_READY;
+        snprintf(nd->state_reason, sizeof nd->state_reason, "undrained; waiting for its next heartbeat");
+    }
+    log_info("node %s %s by an administrator", nd->id, drain ? "drained" : "undrained");
+    changed(r);
+    pthread_mutex_unlock(&r->mu);
+    notify(r);
+    return 0;
+}
+
+int registry_forget(registry *r, const char *node_id, int force)
+{
+    pthread_mutex_lock(&r->mu);
+    int idx = -1;
+    for (int i = 0; i < r->n; i++)
+        if (!strcmp(r->nodes[i]->id, node_id)) idx = i;
+    if (idx < 0) { pthread_mutex_unlock(&r->mu); return -1; }
+    node *nd = r->nodes[idx];
+    if (nd->state != NODE_OFFLINE && !force) { pthread_mutex_unlock(&r->mu); return -2; }
+    log_info("node %s (%s) forgotten by an administrator", nd->id, nd->name);
+    node_free(nd);
+    memmove(&r->nodes[idx], &r->nodes[idx + 1], sizeof *r->nodes * (size_t)(r->n - idx - 1));
+    r->n--;
+    changed(r);
+    pthread_mutex_unlock(&r->mu);
+    return 0;
 }
 
 int registry_status_served(long status)
@@ -594,6 +767,10 @@ json_t *registry_nodes_json(registry *r, int64_t now)
                                 nd->state_reason[0] ? json_string(nd->state_reason) : json_null());
             json_object_set_new(o, "loadable", nd->loadable_json ? json_incref(nd->loadable_json) : json_array());
             json_object_set_new(o, "breaker", json_string(breaker_name(nd)));
+            json_object_set_new(o, "admin_drained", json_boolean(nd->admin_drained));
+            json_object_set_new(o, "engine_busy", json_integer(nd->engine_busy));
+            json_object_set_new(o, "engine_queued", json_integer(nd->engine_queued));
+            json_object_set_new(o, "profile", profile_json(&nd->prof, now));
             json_object_set_new(o, "consecutive_failures", json_integer(nd->fails));
             json_array_append_new(arr, o);
         }

@@ -4,8 +4,9 @@
  * to the machine fingerprint and the registering address, rotates them on
  * heartbeats, tracks each node's state, GPUs, engines and models, and leases
  * engine slots to requests.  A node missing `missed_beats` heartbeats in a
- * row goes offline.  Callers pass `now` (CLOCK_MONOTONIC ms); the registry
- * never reads a clock, so its rules are tested without sleeping. */
+ * row goes offline.  Callers pass `now` (CLOCK_MONOTONIC ms) to every rule
+ * about time, so they are tested without sleeping; only the waits for a
+ * slot read the clock. */
 #ifndef GPUPOOL_REGISTRY_H
 #define GPUPOOL_REGISTRY_H
 
@@ -14,6 +15,7 @@
 
 #include "node/cidr.h"
 #include "sched/placement.h"
+#include "sched/profile.h"
 
 typedef enum node_state { NODE_READY, NODE_NOT_READY, NODE_DRAINING, NODE_OFFLINE, NODE_STATES } node_state;
 const char *node_state_name(node_state s);
@@ -26,14 +28,26 @@ typedef struct registry_cfg {
     int64_t token_ttl_ms;     /* node tokens expire after this */
     int breaker_failures;     /* failures in a row that open a node's breaker (3) */
     int64_t breaker_cooldown_ms; /* first cooldown (5000); doubles up to 16x */
+    place_cfg placement;      /* policy and score weights (all-zero weights: the defaults) */
 } registry_cfg;
 
 typedef struct registry registry;
+
+/* What placement needs to know about one request. */
+typedef struct reg_request {
+    const char *model;
+    double prompt_tokens, max_tokens, payload_bytes;
+    int priority;             /* waiting requests: higher first (0..9) */
+    int64_t now;              /* monotonic ms for the profile's windows; 0 = read the clock */
+} reg_request;
 
 typedef struct node_lease {
     char node_id[40];
     char address[256];
     char token[72];
+    char model[128];
+    int cold;                 /* the node had to start the model */
+    double est_ms;            /* placement's estimate of the service time */
 } node_lease;
 
 registry *registry_new(const registry_cfg *cfg);
@@ -71,12 +85,32 @@ typedef enum reg_wait {
 } reg_wait;
 
 /* Leases a slot now, or says why not.  exclude lists node ids to skip. */
-place_block registry_acquire(registry *r, const char *model, const char *const *exclude, int nexclude,
+place_block registry_acquire(registry *r, const reg_request *rq, const char *const *exclude, int nexclude,
                              node_lease *out);
 /* Waits (bounded queue of at most max_waiters) until a slot is free or the
- * deadline (monotonic ms) passes. */
-reg_wait registry_acquire_wait(registry *r, const char *model, const char *const *exclude, int nexclude,
+ * deadline (monotonic ms) passes.  Waiters for one model go by priority,
+ * then first come first served. */
+reg_wait registry_acquire_wait(registry *r, const reg_request *rq, const char *const *exclude, int nexclude,
                                int64_t deadline, int max_waiters, node_lease *out);
+/* What a finished call taught about the node: its outcome (ok = it did its
+ * job) and, when ok, its speed for the lease's model (and the load time when
+ * the call had to start the model).  Feeds the node's profile. */
+void registry_observe(registry *r, const node_lease *l, int ok, const call_sample *s, int64_t now);
+/* The pool's estimate of the service time of a request for model on its
+ * best node, from the nodes' measured speeds (defaults before anything is
+ * measured).  For ordering the queue. */
+double registry_estimate_ms(registry *r, const reg_request *rq);
+/* Requests placed on a node that had to start the model first. */
+uint64_t registry_cold_starts(registry *r);
+/* All engine slots of ready nodes, for per-key shares. */
+int registry_total_slots(registry *r);
+
+/* Administration.  A node drained by hand takes no new work until undrained,
+ * whatever its heartbeats say.  Forgetting removes a node; a live node is
+ * refused unless force is set (its worker would only register again). */
+int registry_set_drain(registry *r, const char *node_id, int drain, int64_t now);
+/* 0 removed, -1 unknown node, -2 the node is not offline (and !force). */
+int registry_forget(registry *r, const char *node_id, int force);
 /* Gives the slot back; served says the node answered the request (any
  * status it chose), which resets its failure count and closes its breaker. */
 void registry_release(registry *r, const node_lease *l, int64_t now, int served);

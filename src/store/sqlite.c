@@ -20,7 +20,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define SCHEMA_VERSION 1
+#define SCHEMA_VERSION 2
 #define BUSY_TIMEOUT_MS 5000
 
 enum { Q_QUEUED, Q_RUNNING, Q_SUCCEEDED, Q_FAILED, Q_CANCELED };
@@ -45,7 +45,10 @@ static const char SCHEMA[] =
     " body_hash TEXT,"
     " created_ms INTEGER NOT NULL,"
     " started_ms INTEGER NOT NULL DEFAULT 0,"
-    " finished_ms INTEGER NOT NULL DEFAULT 0);"
+    " finished_ms INTEGER NOT NULL DEFAULT 0,"
+    " owner TEXT NOT NULL DEFAULT '',"
+    " prompt_tokens REAL NOT NULL DEFAULT 0,"
+    " max_tokens REAL NOT NULL DEFAULT 0);"
     /* rowid is implicitly the last column of every index, so this one gives
      * the full dispatch order (status, priority DESC, created_ms, rowid). */
     "CREATE INDEX IF NOT EXISTS tasks_dispatch ON tasks(status, priority DESC, created_ms ASC);"
@@ -67,16 +70,22 @@ static const char SCHEMA[] =
 enum {
     ST_BEGIN, ST_COMMIT, ST_ROLLBACK, ST_INSERT, ST_IDEM, ST_GET, ST_STATE, ST_LIST,
     ST_LIST_STATUS, ST_NEXT, ST_CLAIM, ST_ATT_NEW, ST_FINISH, ST_ATT_END, ST_ATT_CLOSE,
-    ST_REQUEUE, ST_CANCEL, ST_RQ_ATT, ST_RQ_ALL, ST_COUNTS, ST_ATTEMPTS, ST_AHEAD, ST_N
+    ST_REQUEUE, ST_CANCEL, ST_RQ_ATT, ST_RQ_ALL, ST_COUNTS, ST_ATTEMPTS, ST_AHEAD, ST_QUEUED, ST_HEDGE, ST_ATT_OPEN, ST_N
 };
+
+/* From version 1: the fields the queue orders by. */
+static const char MIGRATE_1_2[] =
+    "ALTER TABLE tasks ADD COLUMN owner TEXT NOT NULL DEFAULT '';"
+    "ALTER TABLE tasks ADD COLUMN prompt_tokens REAL NOT NULL DEFAULT 0;"
+    "ALTER TABLE tasks ADD COLUMN max_tokens REAL NOT NULL DEFAULT 0;";
 
 static const char *const SQL[ST_N] = {
     [ST_BEGIN] = "BEGIN IMMEDIATE",
     [ST_COMMIT] = "COMMIT",
     [ST_ROLLBACK] = "ROLLBACK",
     [ST_INSERT] = "INSERT INTO tasks(id,type,model,priority,status,attempts,max_attempts,"
-                  "input_json,idem_key,body_hash,created_ms) "
-                  "VALUES(?1,?2,?3,?4,'queued',0,?5,?6,?7,?8,?9)",
+                  "input_json,idem_key,body_hash,created_ms,owner,prompt_tokens,max_tokens) "
+                  "VALUES(?1,?2,?3,?4,'queued',0,?5,?6,?7,?8,?9,?10,?11,?12)",
     [ST_IDEM] = "SELECT id, body_hash FROM tasks WHERE idem_key=?1",
     [ST_GET] = TASK_COLS "WHERE id=?1",
     [ST_STATE] = "SELECT status, attempts FROM tasks WHERE id=?1",
@@ -108,6 +117,10 @@ static const char *const SQL[ST_N] = {
     [ST_AHEAD] = "SELECT count(*) FROM tasks t, tasks me WHERE me.id=?1 AND me.status='queued' "
                  "AND t.status='queued' AND (t.priority > me.priority OR (t.priority = me.priority AND "
                  "(t.created_ms < me.created_ms OR (t.created_ms = me.created_ms AND t.rowid < me.rowid))))",
+    [ST_QUEUED] = "SELECT id,model,priority,owner,prompt_tokens,max_tokens,attempts,max_attempts,type "
+                  "FROM tasks WHERE status='queued' ORDER BY priority DESC, created_ms ASC, rowid ASC LIMIT ?1",
+    [ST_ATT_OPEN] = "SELECT count(*) FROM attempts WHERE task_id=?1 AND attempt=?2 AND outcome IS NULL",
+    [ST_HEDGE] = "UPDATE tasks SET attempts=attempts+1 WHERE id=?1 AND status='running'",
     [ST_ATTEMPTS] = "SELECT attempt,node,started_ms,ended_ms,outcome,message FROM attempts "
                     "WHERE task_id=?1 ORDER BY attempt",
 };
@@ -303,6 +316,10 @@ static int setup(store *s, const char *path, char *err, size_t errlen) {
                 path, ver, SCHEMA_VERSION);
         return -1;
     }
+    if (ver == 1) {
+        step = "upgrade the schema from version 1";
+        if (sqlite3_exec(s->db, MIGRATE_1_2, NULL, NULL, NULL) != SQLITE_OK) goto fail;
+    }
     if (ver < SCHEMA_VERSION) {
         char sql[sizeof SCHEMA + 96];
         snprintf(sql, sizeof sql, "BEGIN IMMEDIATE; %s PRAGMA user_version=%d; COMMIT;", SCHEMA,
@@ -403,6 +420,9 @@ int store_task_insert(store *s, const task_new *t, char existing_id[64]) {
         bt(st, 7, t->idem_key);
         bt(st, 8, t->body_hash);
         sqlite3_bind_int64(st, 9, t->created_ms);
+        bt(st, 10, t->owner ? t->owner : "");
+        sqlite3_bind_double(st, 11, t->prompt_tokens);
+        sqlite3_bind_double(st, 12, t->max_tokens);
         rc = run_st(s, st, "insert task");
     }
     rc = end_tx(s, rc);
@@ -540,6 +560,71 @@ int store_task_next_queued(store *s, char (*ids)[64], int max) {
     return n;
 }
 
+int store_task_queued(store *s, queued_task *out, int max) {
+    if (!s) return STORE_ERR;
+    if (!out || max <= 0) return 0;
+    pthread_mutex_lock(&s->mu);
+    sqlite3_stmt *st = ps(s, ST_QUEUED);
+    sqlite3_bind_int(st, 1, max);
+    int n = 0, r = SQLITE_DONE;
+    while (n < max && (r = sqlite3_step(st)) == SQLITE_ROW) {
+        queued_task *q = &out[n++];
+        snprintf(q->id, sizeof q->id, "%s", (const char *)sqlite3_column_text(st, 0));
+        snprintf(q->model, sizeof q->model, "%s", (const char *)sqlite3_column_text(st, 1));
+        q->priority = sqlite3_column_int(st, 2);
+        const unsigned char *owner = sqlite3_column_text(st, 3);
+        snprintf(q->owner, sizeof q->owner, "%s", owner ? (const char *)owner : "");
+        q->prompt_tokens = sqlite3_column_double(st, 4);
+        q->max_tokens = sqlite3_column_double(st, 5);
+        q->attempts = sqlite3_column_int(st, 6);
+        q->max_attempts = sqlite3_column_int(st, 7);
+        snprintf(q->type, sizeof q->type, "%s", (const char *)sqlite3_column_text(st, 8));
+    }
+    if (n < max && r != SQLITE_DONE) n = db_err(s, "queued tasks");
+    sqlite3_reset(st);
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+int store_task_hedge(store *s, const char *id, const char *node, int64_t now_ms, int *attempt) {
+    if (!s) return STORE_ERR;
+    if (!id) return STORE_NOT_FOUND;
+    pthread_mutex_lock(&s->mu);
+    int status = -1, attempts = 0;
+    int rc = begin(s);
+    if (rc == STORE_OK) rc = task_state(s, id, &status, &attempts);
+    if (rc == STORE_OK && status != Q_RUNNING) rc = STORE_STALE;
+    if (rc == STORE_OK) {
+        sqlite3_stmt *st = ps(s, ST_HEDGE);
+        bt(st, 1, id);
+        rc = run_st(s, st, "hedge task");
+    }
+    if (rc == STORE_OK) {
+        sqlite3_stmt *st = ps(s, ST_ATT_NEW);
+        bt(st, 1, id);
+        sqlite3_bind_int(st, 2, attempts + 1);
+        bt(st, 3, node);
+        sqlite3_bind_int64(st, 4, now_ms);
+        rc = run_st(s, st, "record attempt");
+    }
+    rc = end_tx(s, rc);
+    if (rc == STORE_OK && attempt) *attempt = attempts + 1;
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+int store_task_end_attempt(store *s, const char *id, int attempt, const char *code, const char *message,
+                           int64_t now_ms) {
+    if (!s) return STORE_ERR;
+    if (!id) return STORE_NOT_FOUND;
+    pthread_mutex_lock(&s->mu);
+    int rc = begin(s);
+    if (rc == STORE_OK) rc = end_attempt(s, id, attempt, now_ms, code ? code : "ended", message);
+    rc = end_tx(s, rc);
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
 int store_task_claim(store *s, const char *id, const char *node, int64_t now_ms, int *attempt) {
     if (!s) return STORE_ERR;
     if (!id) return STORE_NOT_FOUND;
@@ -625,7 +710,18 @@ int store_task_requeue(store *s, const char *id, int attempt, const char *code,
     int cur = -1, attempts = 0;
     int rc = begin(s);
     if (rc == STORE_OK) rc = task_state(s, id, &cur, &attempts);
-    if (rc == STORE_OK && (cur != Q_RUNNING || attempts != attempt)) rc = STORE_STALE;
+    if (rc == STORE_OK && (cur != Q_RUNNING || attempt < 1 || attempt > attempts)) rc = STORE_STALE;
+    if (rc == STORE_OK) {
+        /* Only an attempt still open can send the task back: a late report
+         * of an attempt already ended must not undo a newer one. */
+        sqlite3_stmt *st = ps(s, ST_ATT_OPEN);
+        bt(st, 1, id);
+        sqlite3_bind_int(st, 2, attempt);
+        int r = sqlite3_step(st);
+        if (r != SQLITE_ROW) rc = db_err(s, "read attempt");
+        else if (sqlite3_column_int(st, 0) == 0) rc = STORE_STALE;
+        sqlite3_reset(st);
+    }
     if (rc == STORE_OK) {
         sqlite3_stmt *st = ps(s, ST_REQUEUE);
         bt(st, 1, id);

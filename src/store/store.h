@@ -34,6 +34,9 @@ typedef struct task_new {
     const char *body_hash;   /* sha256 hex of the request body, for idempotency */
     int max_attempts;
     int64_t created_ms;      /* wall clock, display only */
+    const char *owner;       /* who submitted it (an API key's id); NULL = anonymous */
+    double prompt_tokens;    /* estimated, for the queue's order */
+    double max_tokens;       /* requested; 0 = not given */
 } task_new;
 
 /* A task as stored.  Strings are owned; free with task_rec_free. */
@@ -60,13 +63,32 @@ json_t *store_task_json(const task_rec *t);
 /* Up to max queued tasks in dispatch order: priority desc, then created asc.
  * Fills ids (each 64 bytes) and returns how many. */
 int store_task_next_queued(store *s, char (*ids)[64], int max);
+/* What the queue orders by, for up to max queued tasks (priority desc, then
+ * oldest first, as a starting order).  Returns how many. */
+typedef struct queued_task {
+    char id[64];
+    char model[128];
+    char type[16];
+    char owner[40];
+    int priority, attempts, max_attempts;
+    double prompt_tokens, max_tokens;
+} queued_task;
+int store_task_queued(store *s, queued_task *out, int max);
+/* A second attempt on another node while the first still runs (the task
+ * stays running; the first finished attempt wins). */
+int store_task_hedge(store *s, const char *id, const char *node, int64_t now_ms, int *attempt);
+/* Records how one attempt ended without changing the task (another attempt
+ * of it still runs). */
+int store_task_end_attempt(store *s, const char *id, int attempt, const char *code, const char *message,
+                           int64_t now_ms);
 /* queued -> running on node; increments attempts; *attempt gets the new number. */
 int store_task_claim(store *s, const char *id, const char *node, int64_t now_ms, int *attempt);
 /* running (or queued again) -> succeeded, written once. STORE_STALE if already final. */
 int store_task_succeed(store *s, const char *id, int attempt, const char *result_json, int64_t now_ms);
 /* -> failed with a reason code (written once). */
 int store_task_fail(store *s, const char *id, int attempt, const char *code, const char *message, int64_t now_ms);
-/* running (this attempt) -> queued, recording why the attempt ended. */
+/* running -> queued, recording why the attempt ended (the caller knows no
+ * other attempt of the task is still open). */
 int store_task_requeue(store *s, const char *id, int attempt, const char *code, const char *message);
 /* queued|running -> canceled.  STORE_STALE if already final. */
 int store_task_cancel(store *s, const char *id, int64_t now_ms);

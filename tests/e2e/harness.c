@@ -238,6 +238,40 @@ int h_log_contains(h_proc *proc, const char *text)
     return found;
 }
 
+pid_t h_child_pid(pid_t parent, const char *arg)
+{
+    DIR *d = opendir("/proc");
+    if (!d) return -1;
+    pid_t found = -1;
+    struct dirent *e;
+    while (found < 0 && (e = readdir(d))) {
+        char *end;
+        long pid = strtol(e->d_name, &end, 10);
+        if (*end || pid <= 0) continue;
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+        char *st = read_small_file(path, 4096);
+        /* "pid (comm) state ppid ...": comm may hold spaces, so parse after
+         * its closing parenthesis. */
+        const char *close = st ? strrchr(st, ')') : NULL;
+        char state = 0;
+        long ppid = -1;
+        if (close && sscanf(close + 1, " %c %ld", &state, &ppid) == 2 && ppid == (long)parent && state != 'Z') {
+            snprintf(path, sizeof path, "/proc/%ld/cmdline", pid);
+            FILE *f = fopen(path, "r");
+            char cmd[4096];
+            size_t n = f ? fread(cmd, 1, sizeof cmd - 1, f) : 0;
+            if (f) fclose(f);
+            cmd[n] = 0;
+            for (size_t i = 0; i < n; i += strlen(cmd + i) + 1)
+                if (!strcmp(cmd + i, arg)) { found = (pid_t)pid; break; }
+        }
+        free(st);
+    }
+    closedir(d);
+    return found;
+}
+
 h_proc *h_start_coordinator(h_pool *p, const char *extra_args)
 {
     if (extra_args) snprintf(p->coord_args, sizeof p->coord_args, "%s", extra_args);

@@ -68,6 +68,10 @@ int h_wait_exit(h_proc *proc, int64_t timeout_ms);
 int h_wait_port(h_proc *proc, int64_t timeout_ms);
 /* True when the process's log contains text. */
 int h_log_contains(h_proc *proc, const char *text);
+/* The pid of a child process of parent whose command line has an argument
+ * equal to arg (e.g. "sim-engine"), or -1 when there is none.  Read from
+ * /proc; a zombie child (already dead) does not count. */
+pid_t h_child_pid(pid_t parent, const char *arg);
 
 /* HTTP against any URL; path may be "/v1/..." (coordinator) or a full URL. */
 int h_request(h_pool *p, const char *method, const char *path, const char *body, const char *const *headers,

@@ -1,5 +1,4 @@
-/* Unit tests: placement (pure) and the node registry (state machine with an
- * injected clock). */
+/* Unit tests: the node registry (state machine with an injected clock). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -10,87 +9,8 @@
 #include "node/registry.h"
 #include "sched/placement.h"
 
-static void pick_prefers_least_loaded_then_free_vram(void **state)
-{
-    (void)state;
-    place_candidate c[] = {
-        {.id = "a", .ready = 1, .has_model = 1, .inflight = 2, .slots = 4, .free_vram = 10},
-        {.id = "b", .ready = 1, .has_model = 1, .inflight = 1, .slots = 4, .free_vram = 5},
-        {.id = "c", .ready = 1, .has_model = 1, .inflight = 1, .slots = 4, .free_vram = 8},
-    };
-    assert_int_equal(placement_pick(c, 3), 2);
-    c[2].inflight = 3;
-    assert_int_equal(placement_pick(c, 3), 1);
-}
-
-static void pick_compares_load_relative_to_slots(void **state)
-{
-    (void)state;
-    place_candidate c[] = {
-        {.id = "small", .ready = 1, .has_model = 1, .inflight = 1, .slots = 2},
-        {.id = "big", .ready = 1, .has_model = 1, .inflight = 3, .slots = 8},
-    };
-    assert_int_equal(placement_pick(c, 2), 1); /* 3/8 < 1/2 */
-}
-
-static void pick_skips_unqualified(void **state)
-{
-    (void)state;
-    place_candidate c[] = {
-        {.id = "down", .ready = 0, .has_model = 1, .slots = 4},
-        {.id = "nomodel", .ready = 1, .has_model = 0, .slots = 4},
-        {.id = "full", .ready = 1, .has_model = 1, .inflight = 4, .slots = 4},
-        {.id = "tried", .ready = 1, .has_model = 1, .excluded = 1, .slots = 4},
-    };
-    assert_int_equal(placement_pick(c, 4), -1);
-    assert_int_equal(placement_why(c, 4), PLACE_BUSY);
-    c[2].has_model = 0;
-    assert_int_equal(placement_why(c, 4), PLACE_UNAVAILABLE);
-    c[0].has_model = 0;
-    c[3].has_model = 0;
-    assert_int_equal(placement_why(c, 4), PLACE_NO_MODEL);
-    assert_int_equal(placement_why(c, 0), PLACE_NO_MODEL);
-}
-
-static void pick_ties_are_stable(void **state)
-{
-    (void)state;
-    place_candidate c[] = {
-        {.id = "n2", .ready = 1, .has_model = 1, .slots = 1},
-        {.id = "n1", .ready = 1, .has_model = 1, .slots = 1},
-    };
-    assert_int_equal(placement_pick(c, 2), 1);
-}
-
-static void pick_starts_models_only_where_they_fit(void **state)
-{
-    (void)state;
-    place_candidate c[] = {
-        {.id = "small", .ready = 1, .loadable = 1, .need_bytes = 16, .free_vram = 10, .slots = 1},
-        {.id = "big", .ready = 1, .loadable = 1, .need_bytes = 16, .free_vram = 22, .slots = 1},
-    };
-    assert_int_equal(placement_pick(c, 2), 1);
-    c[1].free_vram = 15;
-    assert_int_equal(placement_pick(c, 2), -1);
-    assert_int_equal(placement_why(c, 2), PLACE_NO_FIT);
-    c[1].free_vram = 16; /* exactly enough */
-    assert_int_equal(placement_pick(c, 2), 1);
-}
-
-static void pick_prefers_a_loaded_model(void **state)
-{
-    (void)state;
-    place_candidate c[] = {
-        {.id = "cold", .ready = 1, .loadable = 1, .need_bytes = 1, .free_vram = 100, .slots = 4},
-        {.id = "warm", .ready = 1, .has_model = 1, .inflight = 3, .free_vram = 1, .slots = 4},
-    };
-    /* busier, less free memory, but no cold start */
-    assert_int_equal(placement_pick(c, 2), 1);
-    c[1].inflight = 4; /* full: the cold node is used */
-    assert_int_equal(placement_pick(c, 2), 0);
-}
-
 /* ---- registry ---- */
+#define RQ(m) (&(reg_request){.model = (m), .priority = 5})
 #define FP_A "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
 #define FP_B "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
 
@@ -222,10 +142,10 @@ static void missed_heartbeats_mark_offline(void **state)
     assert_string_equal(off[0], id);
     assert_int_equal(registry_sweep(r, 4000, off, 4), 0); /* only once */
     node_lease l;
-    assert_int_equal(registry_acquire(r, "m", NULL, 0, &l), PLACE_UNAVAILABLE);
+    assert_int_equal(registry_acquire(r, RQ("m"), NULL, 0, &l), PLACE_UNAVAILABLE);
     /* a heartbeat brings it back */
     assert_int_equal(beat(r, id, tok, FP_A, 2, "127.0.0.1", 4100, NULL), 200);
-    assert_int_equal(registry_acquire(r, "m", NULL, 0, &l), PLACE_OK);
+    assert_int_equal(registry_acquire(r, RQ("m"), NULL, 0, &l), PLACE_OK);
     registry_free(r);
 }
 
@@ -237,20 +157,20 @@ static void leases_respect_slots(void **state)
     join(r, FP_A, 0, a, ta);
     join(r, FP_B, 0, b, tb);
     node_lease l[5];
-    for (int i = 0; i < 4; i++) assert_int_equal(registry_acquire(r, "m", NULL, 0, &l[i]), PLACE_OK);
+    for (int i = 0; i < 4; i++) assert_int_equal(registry_acquire(r, RQ("m"), NULL, 0, &l[i]), PLACE_OK);
     /* spread evenly: 2 each */
     int on_a = 0;
     for (int i = 0; i < 4; i++) on_a += !strcmp(l[i].node_id, a);
     assert_int_equal(on_a, 2);
-    assert_int_equal(registry_acquire(r, "m", NULL, 0, &l[4]), PLACE_BUSY);
-    assert_int_equal(registry_acquire(r, "other", NULL, 0, &l[4]), PLACE_NO_MODEL);
-    assert_int_equal(registry_acquire_wait(r, "m", NULL, 0, 0, 0, &l[4]), REG_QUEUE_FULL);
+    assert_int_equal(registry_acquire(r, RQ("m"), NULL, 0, &l[4]), PLACE_BUSY);
+    assert_int_equal(registry_acquire(r, RQ("other"), NULL, 0, &l[4]), PLACE_NO_MODEL);
+    assert_int_equal(registry_acquire_wait(r, RQ("m"), NULL, 0, 0, 0, &l[4]), REG_QUEUE_FULL);
     registry_release(r, &l[0], 1, 1);
-    assert_int_equal(registry_acquire(r, "m", NULL, 0, &l[4]), PLACE_OK);
+    assert_int_equal(registry_acquire(r, RQ("m"), NULL, 0, &l[4]), PLACE_OK);
     assert_string_equal(l[4].node_id, l[0].node_id);
     const char *ex[] = {a, b};
     for (int i = 1; i < 5; i++) registry_release(r, &l[i], 2, 1);
-    assert_int_equal(registry_acquire_wait(r, "m", ex, 2, 0, 10, &l[0]), REG_EXHAUSTED);
+    assert_int_equal(registry_acquire_wait(r, RQ("m"), ex, 2, 0, 10, &l[0]), REG_EXHAUSTED);
     assert_true(registry_drain_rate(r, 3) > 0);
     registry_free(r);
 }
@@ -263,12 +183,12 @@ static void unreachable_node_skipped_until_heartbeat(void **state)
     join(r, FP_A, 0, id, tok);
     registry_mark_unreachable(r, id, "connection refused", 0);
     node_lease l;
-    assert_int_equal(registry_acquire(r, "m", NULL, 0, &l), PLACE_UNAVAILABLE);
+    assert_int_equal(registry_acquire(r, RQ("m"), NULL, 0, &l), PLACE_UNAVAILABLE);
     json_t *nodes = registry_nodes_json(r, 10);
     assert_string_equal(json_string_value(json_object_get(json_array_get(nodes, 0), "state")), "not_ready");
     json_decref(nodes);
     assert_int_equal(beat(r, id, tok, FP_A, 2, "127.0.0.1", 100, NULL), 200);
-    assert_int_equal(registry_acquire(r, "m", NULL, 0, &l), PLACE_OK);
+    assert_int_equal(registry_acquire(r, RQ("m"), NULL, 0, &l), PLACE_OK);
     registry_free(r);
 }
 
@@ -279,14 +199,14 @@ static void ready_only_after_first_heartbeat(void **state)
     char id[64], tok[80];
     join_only(r, FP_A, 0, id, tok);
     node_lease l;
-    assert_int_equal(registry_acquire(r, "m", NULL, 0, &l), PLACE_UNAVAILABLE);
+    assert_int_equal(registry_acquire(r, RQ("m"), NULL, 0, &l), PLACE_UNAVAILABLE);
     assert_int_equal(beat(r, id, tok, FP_A, 5, "127.0.0.1", 10, NULL), 200);
-    assert_int_equal(registry_acquire(r, "m", NULL, 0, &l), PLACE_OK);
+    assert_int_equal(registry_acquire(r, RQ("m"), NULL, 0, &l), PLACE_OK);
     registry_release(r, &l, 11, 1);
     /* an older beat arriving late changes nothing */
     registry_mark_unreachable(r, id, "test", 12);
     assert_int_equal(beat(r, id, tok, FP_A, 4, "127.0.0.1", 12, NULL), 200);
-    assert_int_equal(registry_acquire(r, "m", NULL, 0, &l), PLACE_UNAVAILABLE);
+    assert_int_equal(registry_acquire(r, RQ("m"), NULL, 0, &l), PLACE_UNAVAILABLE);
     registry_free(r);
 }
 
@@ -306,38 +226,38 @@ static void breaker_opens_cools_down_and_probes(void **state)
     /* two failures: the next heartbeat makes it usable again */
     for (int i = 0; i < 2; i++) registry_mark_unreachable(r, id, "boom", 100);
     BEAT(200);
-    assert_int_equal(registry_acquire(r, "m", NULL, 0, &l), PLACE_OK);
+    assert_int_equal(registry_acquire(r, RQ("m"), NULL, 0, &l), PLACE_OK);
     registry_release(r, &l, 210, 0);
     /* the third in a row opens the breaker: heartbeats do not close it */
     registry_mark_unreachable(r, id, "boom", 300);
     BEAT(400);
-    assert_int_equal(registry_acquire(r, "m", NULL, 0, &l), PLACE_UNAVAILABLE);
+    assert_int_equal(registry_acquire(r, RQ("m"), NULL, 0, &l), PLACE_UNAVAILABLE);
     json_t *nodes = registry_nodes_json(r, 400);
     assert_string_equal(json_string_value(json_object_get(json_array_get(nodes, 0), "breaker")), "open");
     json_decref(nodes);
     char off[1][40];
     registry_sweep(r, 5299, off, 1);
-    assert_int_equal(registry_acquire(r, "m", NULL, 0, &l), PLACE_UNAVAILABLE);
+    assert_int_equal(registry_acquire(r, RQ("m"), NULL, 0, &l), PLACE_UNAVAILABLE);
     /* cooldown over: exactly one probe */
     registry_sweep(r, 5300, off, 1);
     BEAT(5300);
-    assert_int_equal(registry_acquire(r, "m", NULL, 0, &l), PLACE_OK);
+    assert_int_equal(registry_acquire(r, RQ("m"), NULL, 0, &l), PLACE_OK);
     node_lease second;
-    assert_int_equal(registry_acquire(r, "m", NULL, 0, &second), PLACE_UNAVAILABLE);
+    assert_int_equal(registry_acquire(r, RQ("m"), NULL, 0, &second), PLACE_UNAVAILABLE);
     /* the probe fails: open again, for twice as long */
     registry_mark_unreachable(r, id, "boom", 5400);
     registry_release(r, &l, 5400, 0);
     BEAT(5500);
     BEAT(11000); /* workers keep beating (and rotating tokens) meanwhile */
     registry_sweep(r, 5400 + 9999, off, 1);
-    assert_int_equal(registry_acquire(r, "m", NULL, 0, &l), PLACE_UNAVAILABLE);
+    assert_int_equal(registry_acquire(r, RQ("m"), NULL, 0, &l), PLACE_UNAVAILABLE);
     registry_sweep(r, 5400 + 10000, off, 1);
     BEAT(15400);
-    assert_int_equal(registry_acquire(r, "m", NULL, 0, &l), PLACE_OK);
+    assert_int_equal(registry_acquire(r, RQ("m"), NULL, 0, &l), PLACE_OK);
     /* the probe succeeds: closed, and more work flows */
     registry_release(r, &l, 15500, 1);
-    assert_int_equal(registry_acquire(r, "m", NULL, 0, &l), PLACE_OK);
-    assert_int_equal(registry_acquire(r, "m", NULL, 0, &second), PLACE_OK);
+    assert_int_equal(registry_acquire(r, RQ("m"), NULL, 0, &l), PLACE_OK);
+    assert_int_equal(registry_acquire(r, RQ("m"), NULL, 0, &second), PLACE_OK);
     assert_true(registry_status_served(200) && registry_status_served(404));
     assert_false(registry_status_served(500) || registry_status_served(401) || registry_status_served(0));
     registry_free(r);
@@ -363,15 +283,148 @@ static void models_union_of_live_nodes(void **state)
     registry_free(r);
 }
 
+
+static void admin_drain_undrain_and_forget(void **state)
+{
+    (void)state;
+    registry *r = new_registry();
+    char a[64], b[64], ta[80], tb[80];
+    join(r, FP_A, 0, a, ta);
+    join(r, FP_B, 0, b, tb);
+    assert_int_equal(registry_set_drain(r, "node-nope", 1, 10), -1);
+    assert_int_equal(registry_set_drain(r, a, 1, 10), 0);
+    /* its heartbeats say it is fine; the administrator's word stands */
+    assert_int_equal(beat(r, a, ta, FP_A, 2, "127.0.0.1", 20, NULL), 200);
+    node_lease l[4];
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(registry_acquire(r, RQ("m"), NULL, 0, &l[i]), PLACE_OK);
+        assert_string_equal(l[i].node_id, b);
+    }
+    json_t *nodes = registry_nodes_json(r, 20);
+    json_t *na = json_array_get(nodes, 0);
+    assert_string_equal(json_string_value(json_object_get(na, "state")), "draining");
+    assert_string_equal(json_string_value(json_object_get(na, "state_reason")), "drained by an administrator");
+    json_decref(nodes);
+    assert_int_equal(registry_set_drain(r, a, 0, 30), 0);
+    assert_int_equal(registry_acquire(r, RQ("m"), NULL, 0, &l[2]), PLACE_BUSY); /* until its next beat */
+    assert_int_equal(beat(r, a, ta, FP_A, 3, "127.0.0.1", 40, NULL), 200);
+    assert_int_equal(registry_acquire(r, RQ("m"), NULL, 0, &l[2]), PLACE_OK);
+    assert_string_equal(l[2].node_id, a);
+    /* a live node is not forgotten without force; an offline one is */
+    assert_int_equal(registry_forget(r, a, 0), -2);
+    char off[2][40];
+    assert_int_equal(registry_sweep(r, 3500, off, 2), 2);
+    assert_int_equal(registry_forget(r, a, 0), 0);
+    assert_int_equal(registry_forget(r, a, 0), -1);
+    assert_int_equal(registry_forget(r, b, 1), 0);
+    nodes = registry_nodes_json(r, 3500);
+    assert_int_equal(json_array_size(nodes), 0);
+    json_decref(nodes);
+    /* a release for a forgotten node's lease is harmless */
+    registry_release(r, &l[0], 3600, 1);
+    registry_free(r);
+}
+
+static void worker_draining_reason_shown(void **state)
+{
+    (void)state;
+    registry *r = new_registry();
+    char a[64], ta[80];
+    join(r, FP_A, 0, a, ta);
+    json_t *req = report(FP_A, "m", 2), *resp = NULL;
+    json_object_set_new(req, "node_id", json_string(a));
+    json_object_set_new(req, "seq", json_integer(2));
+    json_object_set_new(req, "draining", json_true());
+    json_object_set_new(req, "draining_reason", json_string("a foreign process (pid 42) is using GPU 0"));
+    char why[200];
+    assert_int_equal(registry_heartbeat(r, ta, req, "127.0.0.1", 10, &resp, why, sizeof why), 200);
+    json_decref(req);
+    json_decref(resp);
+    node_lease l;
+    assert_int_equal(registry_acquire(r, RQ("m"), NULL, 0, &l), PLACE_UNAVAILABLE);
+    json_t *nodes = registry_nodes_json(r, 10);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(nodes, 0), "state_reason")),
+                        "a foreign process (pid 42) is using GPU 0");
+    json_decref(nodes);
+    assert_int_equal(beat(r, a, ta, FP_A, 3, "127.0.0.1", 20, NULL), 200);
+    assert_int_equal(registry_acquire(r, RQ("m"), NULL, 0, &l), PLACE_OK);
+    registry_free(r);
+}
+
+static void observations_shape_placement(void **state)
+{
+    (void)state;
+    registry *r = new_registry();
+    char a[64], b[64], ta[80], tb[80];
+    join(r, FP_A, 0, a, ta);
+    join(r, FP_B, 0, b, tb);
+    /* a answers 100 tokens in 1 s, b in 4 s */
+    node_lease la = {0}, lb = {0};
+    snprintf(la.node_id, sizeof la.node_id, "%.39s", a);
+    snprintf(lb.node_id, sizeof lb.node_id, "%.39s", b);
+    strcpy(la.model, "m");
+    strcpy(lb.model, "m");
+    call_sample fast = {.total_ms = 1000, .first_byte_ms = 100, .completion_tokens = 100};
+    call_sample slow = {.total_ms = 4000, .first_byte_ms = 100, .completion_tokens = 100};
+    for (int i = 0; i < 3; i++) {
+        registry_observe(r, &la, 1, &fast, 100);
+        registry_observe(r, &lb, 1, &slow, 100);
+    }
+    node_lease l;
+    reg_request rq = {.model = "m", .max_tokens = 100, .now = 200};
+    assert_int_equal(registry_acquire(r, &rq, NULL, 0, &l), PLACE_OK);
+    assert_string_equal(l.node_id, a);
+    assert_true(l.est_ms > 900 && l.est_ms < 1100);
+    /* the pool's estimate for the model averages what the nodes measured */
+    double est = registry_estimate_ms(r, &rq);
+    assert_true(est > 1000 && est < 4000);
+    /* a then fails most of its calls: the slower but reliable node wins */
+    for (int i = 0; i < 20; i++) registry_observe(r, &la, 0, NULL, 200);
+    node_lease l2;
+    assert_int_equal(registry_acquire(r, &rq, NULL, 0, &l2), PLACE_OK);
+    assert_string_equal(l2.node_id, b);
+    /* an hour on, those failures no longer count */
+    registry_release(r, &l, 300, 1);
+    registry_release(r, &l2, 300, 1);
+    rq.now = 200 + 3600000 + 60000;
+    assert_int_equal(registry_acquire(r, &rq, NULL, 0, &l2), PLACE_OK);
+    assert_string_equal(l2.node_id, a);
+    json_t *nodes = registry_nodes_json(r, 200);
+    json_t *prof = json_object_get(json_array_get(nodes, 0), "profile");
+    assert_int_equal(json_integer_value(json_object_get(prof, "calls_1h")), 23);
+    assert_non_null(json_object_get(json_object_get(prof, "models"), "m"));
+    json_decref(nodes);
+    registry_free(r);
+}
+
+static void cold_starts_counted(void **state)
+{
+    (void)state;
+    registry *r = new_registry();
+    char a[64], ta[80];
+    join(r, FP_A, 0, a, ta);
+    json_t *req = report(FP_A, "m", 2), *resp = NULL;
+    json_object_set_new(req, "node_id", json_string(a));
+    json_object_set_new(req, "seq", json_integer(2));
+    json_object_set_new(req, "loadable", json_pack("[{s:s, s:I}]", "model", "big", "need_bytes", (json_int_t)40));
+    char why[200];
+    assert_int_equal(registry_heartbeat(r, ta, req, "127.0.0.1", 10, &resp, why, sizeof why), 200);
+    json_decref(req);
+    json_decref(resp);
+    node_lease l;
+    assert_int_equal(registry_acquire(r, RQ("m"), NULL, 0, &l), PLACE_OK);
+    assert_false(l.cold);
+    assert_int_equal(registry_cold_starts(r), 0);
+    assert_int_equal(registry_acquire(r, RQ("big"), NULL, 0, &l), PLACE_OK);
+    assert_true(l.cold);
+    assert_int_equal(registry_cold_starts(r), 1);
+    assert_int_equal(registry_total_slots(r), 2);
+    registry_free(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(pick_prefers_least_loaded_then_free_vram),
-        cmocka_unit_test(pick_compares_load_relative_to_slots),
-        cmocka_unit_test(pick_skips_unqualified),
-        cmocka_unit_test(pick_ties_are_stable),
-        cmocka_unit_test(pick_starts_models_only_where_they_fit),
-        cmocka_unit_test(pick_prefers_a_loaded_model),
         cmocka_unit_test(register_requires_join_token),
         cmocka_unit_test(node_id_is_stable_for_a_fingerprint),
         cmocka_unit_test(heartbeat_token_bound_to_machine_and_address),
@@ -382,6 +435,10 @@ int main(void)
         cmocka_unit_test(ready_only_after_first_heartbeat),
         cmocka_unit_test(breaker_opens_cools_down_and_probes),
         cmocka_unit_test(models_union_of_live_nodes),
+        cmocka_unit_test(admin_drain_undrain_and_forget),
+        cmocka_unit_test(worker_draining_reason_shown),
+        cmocka_unit_test(observations_shape_placement),
+        cmocka_unit_test(cold_starts_counted),
     };
     return cmocka_run_group_tests_name("sched", tests, NULL, NULL);
 }

@@ -136,7 +136,7 @@ static void test_reopen_and_wal(void **state) {
     sqlite3_finalize(st);
     assert_int_equal(sqlite3_prepare_v2(raw, "PRAGMA user_version", -1, &st, NULL), SQLITE_OK);
     assert_int_equal(sqlite3_step(st), SQLITE_ROW);
-    assert_int_equal(sqlite3_column_int(st, 0), 1);
+    assert_int_equal(sqlite3_column_int(st, 0), 2);
     sqlite3_finalize(st);
     sqlite3_close(raw);
 
@@ -704,6 +704,101 @@ static void test_attempts_json(void **state) {
     json_decref(a);
 }
 
+
+/* ---- queue rows, hedged attempts, upgrades ------------------------------ */
+
+static void test_queued_rows_carry_what_the_queue_orders_by(void **state) {
+    fx *f = *state;
+    task_new t = {.id = "task_e", .type = "embedding", .model = "bge", .priority = 7,
+                  .input_json = "{\"input\":\"x\"}", .max_attempts = 4, .created_ms = 5, .owner = "key-abc",
+                  .prompt_tokens = 12.5, .max_tokens = 0};
+    assert_int_equal(store_task_insert(f->s, &t, NULL), STORE_OK);
+    add(f->s, "task_p", 1, 1);
+    queued_task q[4];
+    assert_int_equal(store_task_queued(f->s, q, 4), 2);
+    assert_string_equal(q[0].id, "task_e");
+    assert_string_equal(q[0].type, "embedding");
+    assert_string_equal(q[0].owner, "key-abc");
+    assert_true(q[0].prompt_tokens == 12.5);
+    assert_int_equal(q[0].max_attempts, 4);
+    assert_string_equal(q[1].owner, "");
+    int attempt;
+    assert_int_equal(store_task_claim(f->s, "task_e", "gpu-a", 10, &attempt), STORE_OK);
+    assert_int_equal(store_task_queued(f->s, q, 4), 1);
+}
+
+static void test_hedged_attempt_first_result_wins(void **state) {
+    fx *f = *state;
+    add(f->s, "task_h", 0, 1);
+    int a1 = 0, a2 = 0;
+    /* only a running task can be hedged */
+    assert_int_equal(store_task_hedge(f->s, "task_h", "gpu-b", 15, &a2), STORE_STALE);
+    assert_int_equal(store_task_claim(f->s, "task_h", "gpu-a", 10, &a1), STORE_OK);
+    assert_int_equal(store_task_hedge(f->s, "task_h", "gpu-b", 20, &a2), STORE_OK);
+    assert_int_equal(a2, 2);
+    assert_status(f->s, "task_h", "running");
+    /* the slow first attempt finishes first after all: it wins, the hedge is superseded */
+    assert_int_equal(store_task_succeed(f->s, "task_h", a1, "{\"v\":1}", 30), STORE_OK);
+    assert_int_equal(store_task_succeed(f->s, "task_h", a2, "{\"v\":2}", 31), STORE_STALE);
+    task_rec r;
+    assert_int_equal(store_task_get(f->s, "task_h", &r), STORE_OK);
+    assert_string_equal(r.result_json, "{\"v\":1}");
+    assert_string_equal(r.node, "gpu-a");
+    task_rec_free(&r);
+    json_t *h = store_task_attempts(f->s, "task_h");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(h, 1), "outcome")), "superseded");
+    json_decref(h);
+}
+
+static void test_hedged_attempt_failures(void **state) {
+    fx *f = *state;
+    add(f->s, "task_f", 0, 1);
+    int a1 = 0, a2 = 0;
+    assert_int_equal(store_task_claim(f->s, "task_f", "gpu-a", 10, &a1), STORE_OK);
+    assert_int_equal(store_task_hedge(f->s, "task_f", "gpu-b", 20, &a2), STORE_OK);
+    /* the hedge fails while the first still runs: only its attempt ends */
+    assert_int_equal(store_task_end_attempt(f->s, "task_f", a2, "node_unreachable", "gone", 25), STORE_OK);
+    assert_status(f->s, "task_f", "running");
+    /* then the first fails too: the task goes back to the queue */
+    assert_int_equal(store_task_requeue(f->s, "task_f", a1, "engine_error", "500"), STORE_OK);
+    assert_status(f->s, "task_f", "queued");
+    /* a late report of the ended hedge cannot requeue or undo anything */
+    int a3 = 0;
+    assert_int_equal(store_task_claim(f->s, "task_f", "gpu-c", 40, &a3), STORE_OK);
+    assert_int_equal(a3, 3);
+    assert_int_equal(store_task_requeue(f->s, "task_f", a2, "x", "y"), STORE_STALE);
+    assert_status(f->s, "task_f", "running");
+}
+
+static void test_upgrade_from_schema_1(void **state) {
+    fx *f = *state;
+    store_close(f->s);
+    f->s = NULL;
+    char db[128];
+    snprintf(db, sizeof db, "%s/gpupool.db", f->dir);
+    remove(db);
+    sqlite3 *raw = NULL;
+    assert_int_equal(sqlite3_open(db, &raw), SQLITE_OK);
+    const char *v1 =
+        "CREATE TABLE tasks(id TEXT PRIMARY KEY NOT NULL, type TEXT NOT NULL, model TEXT NOT NULL,"
+        " priority INTEGER NOT NULL DEFAULT 0, status TEXT NOT NULL, node TEXT, attempts INTEGER NOT NULL DEFAULT 0,"
+        " max_attempts INTEGER NOT NULL DEFAULT 1, input_json TEXT NOT NULL, result_json TEXT, error_code TEXT,"
+        " error_message TEXT, idem_key TEXT UNIQUE, body_hash TEXT, created_ms INTEGER NOT NULL,"
+        " started_ms INTEGER NOT NULL DEFAULT 0, finished_ms INTEGER NOT NULL DEFAULT 0);"
+        "INSERT INTO tasks(id,type,model,status,input_json,created_ms) VALUES('task_old','chat','m','queued','{}',1);"
+        "PRAGMA user_version=1;";
+    assert_int_equal(sqlite3_exec(raw, v1, NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(raw);
+    char err[256] = "";
+    f->s = store_open(f->dir, err, sizeof err);
+    assert_non_null(f->s);
+    queued_task q[2];
+    assert_int_equal(store_task_queued(f->s, q, 2), 1);
+    assert_string_equal(q[0].id, "task_old");
+    assert_string_equal(q[0].owner, "");
+    add(f->s, "task_new", 0, 2);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
 int main(void) {
@@ -731,6 +826,10 @@ int main(void) {
         T(test_list),
         T(test_list_limit_upper_clamp),
         T(test_attempts_json),
+        T(test_queued_rows_carry_what_the_queue_orders_by),
+        T(test_hedged_attempt_first_result_wins),
+        T(test_hedged_attempt_failures),
+        T(test_upgrade_from_schema_1),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
