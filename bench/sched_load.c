@@ -25,7 +25,9 @@
  * --kill-signal to --kill-pids (and with --kill-children to their child
  * processes, the engines a worker started), and at the end
  * reports, per such task, how long after the kill it finished, against
- * 3 heartbeat intervals plus the run time of its final attempt.
+ * 3 heartbeat intervals plus the run time of the attempt that produced its
+ * result.  Tasks the coordinator sends to the dead node after the kill
+ * (before it notices) count too, from the time they were sent.
  *
  * Output: a human summary, one "SUMMARY k=v ..." line for the script, and
  * with --csv one row per task.
@@ -98,8 +100,8 @@ static uint64_t rng_next(void) /* splitmix64 */
 static double rng_unit(void) { return (double)(rng_next() >> 11) / 9007199254740992.0; } /* [0,1) */
 static double rng_exp(double r) { return -log(1.0 - rng_unit()) / r; }
 
-static const int TOKENS[] = {16, 32, 64, 128, 256, 512};
-static const double TOKENS_P[] = {0.15, 0.15, 0.25, 0.25, 0.15, 0.05};
+static const int TOKENS[] = {16, 32, 64, 128, 256};
+static const double TOKENS_P[] = {0.15, 0.20, 0.25, 0.25, 0.15};
 static const int PROMPT[] = {64, 512, 2048, 8192}; /* characters */
 static const double PROMPT_P[] = {0.30, 0.30, 0.25, 0.15};
 
@@ -155,19 +157,29 @@ static char *make_body(const task *t)
 
 static void build_workload(void)
 {
-    rng_state = seed;
+    /* Separate streams (reseeded between the steps), so that changing the
+     * rate leaves the burst windows, and the arrival times, where they were. */
+    rng_state = seed * 4 + 1;
     size_t cap = 1024, n = 0;
     double *at = malloc(cap * sizeof *at);
 #define ADD(x) do { if (n == cap) at = realloc(at, (cap *= 2) * sizeof *at); at[n++] = (x); } while (0)
-    for (double t = rng_exp(rate); t < duration; t += rng_exp(rate)) ADD(t);
+    double bstart[256], bend[256];
     if (burst_x > 1 && burst_every > 0 && burst_len > 0) {
-        for (double b = rng_exp(1.0 / burst_every); b < duration; b += burst_len + rng_exp(1.0 / burst_every)) {
-            double end = fmin(b + burst_len, duration);
+        for (double b = rng_exp(1.0 / burst_every); b < duration && nbursts < 256;
+             b += burst_len + rng_exp(1.0 / burst_every)) {
+            bstart[nbursts] = b;
+            bend[nbursts] = fmin(b + burst_len, duration);
+            burst_time += bend[nbursts] - b;
             nbursts++;
-            burst_time += end - b;
-            for (double t = b + rng_exp(rate * (burst_x - 1)); t < end; t += rng_exp(rate * (burst_x - 1))) ADD(t);
         }
     }
+    rng_state = seed * 4 + 2;
+    for (double t = rng_exp(rate); t < duration; t += rng_exp(rate)) ADD(t);
+    rng_state = seed * 4 + 3;
+    for (int k = 0; k < nbursts; k++)
+        for (double t = bstart[k] + rng_exp(rate * (burst_x - 1)); t < bend[k]; t += rng_exp(rate * (burst_x - 1)))
+            ADD(t);
+    rng_state = seed * 4 + 4;
 #undef ADD
     qsort(at, n, sizeof *at, cmp_double);
     ntasks = (int)n;
@@ -175,7 +187,7 @@ static void build_workload(void)
     for (size_t i = 0; i < n; i++) {
         task *t = &tasks[i];
         t->at = at[i];
-        t->max_tokens = pick(TOKENS, TOKENS_P, 6);
+        t->max_tokens = pick(TOKENS, TOKENS_P, 5);
         t->prompt_len = pick(PROMPT, PROMPT_P, 4);
     }
     /* Exactly round(f * n) large and high-priority tasks, at random places,
@@ -249,7 +261,11 @@ static long http(CURL *c, const char *method, const char *path, const char *body
     }
     curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, strcmp(method, "GET") && strcmp(method, "POST") ? method : NULL);
     long status = 0;
+    int64_t began = mono_ns();
     if (curl_easy_perform(c) == CURLE_OK) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+    int64_t took = mono_ns() - began;
+    if (took > 200000000) /* worth knowing when reading the polling figures */
+        fprintf(stderr, "sched_load: %s %s took %.0f ms (HTTP %ld)\n", method, path, took / 1e6, status);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, NULL);
     curl_slist_free_all(h);
     return status;
@@ -455,16 +471,15 @@ static int do_kill(CURL *c, buf *b, int64_t now)
     return 1;
 }
 
-/* The index of the task's attempt that was running on the killed node when
- * it was killed, or -1. */
+/* The index of the task's first attempt on the killed node that was still
+ * open at the kill (running then, or sent there afterwards), or -1. */
 static int victim_attempt(json_t *task_json)
 {
     json_t *a;
     size_t k;
     json_array_foreach(json_object_get(task_json, "attempt_history"), k, a) {
-        int64_t st = json_integer_value(json_object_get(a, "started_at"));
         int64_t en = json_integer_value(json_object_get(a, "ended_at"));
-        if (!strcmp(jstr(a, "node", ""), kill_node) && st <= kill_wall && (!en || en >= kill_wall)) return (int)k;
+        if (!strcmp(jstr(a, "node", ""), kill_node) && (!en || en >= kill_wall)) return (int)k;
     }
     return -1;
 }
@@ -475,7 +490,7 @@ static int npolls;
 static double *poll_gaps; /* ms between consecutive listing answers */
 static int npoll_gaps, cap_poll_gaps;
 static double poll_req_ms_sum;
-static int64_t t_end;
+static int64_t t_end, max_gap_ns, max_gap_at;
 
 static void *poller(void *arg)
 {
@@ -498,6 +513,7 @@ static void *poller(void *arg)
             if (tasks[i].state == T_SUBMITTING || tasks[i].state == T_SUBMITTED) { oldest = i; break; }
         pthread_mutex_unlock(&mu);
         if (all_done || start > deadline) break;
+        if (oldest < 0) last_seen = 0; /* nothing to watch: no gap in the polling */
         if (oldest >= 0) {
             int want = started - oldest + submitters + 1;
             char path[96];
@@ -511,6 +527,7 @@ static void *poller(void *arg)
                 if (npoll_gaps == cap_poll_gaps)
                     poll_gaps = realloc(poll_gaps, (cap_poll_gaps = cap_poll_gaps ? cap_poll_gaps * 2 : 4096) * sizeof *poll_gaps);
                 poll_gaps[npoll_gaps++] = (seen - last_seen) / 1e6;
+                if (seen - last_seen > max_gap_ns) { max_gap_ns = seen - last_seen; max_gap_at = seen; }
             }
             last_seen = seen;
             if (want > 1000) {
@@ -759,58 +776,72 @@ int main(int argc, char **argv)
     for (int cls = 1; cls >= 0; cls--)
         printf("  %-12s %8s %8s %8s\n", cls_name[cls], pv[cls][0], pv[cls][1], pv[cls][2]);
     printf("  %-12s %8s %8s %8s\n", "all", pv[2][0], pv[2][1], pv[2][2]);
-    printf("  tasks per node: %s; succeeded after a retry: %d\n", per_node, retried);
+    printf("  tasks per node: %s; succeeded after more than one attempt (retries, hedges): %d\n", per_node, retried);
     printf("  polling: %d listing rounds, every %.1f ms on average (p99 %.1f ms, max %.1f ms), each answered in "
-           "%.2f ms; client latency minus the coordinator's finished_at-created_at: median %.1f ms, p95 %.1f ms; "
+           "%.2f ms (longest gap ended %.1f s into the run); client latency minus the coordinator's finished_at-created_at: median %.1f ms, p95 %.1f ms; "
            "POST answered in median %.1f ms, p99 %.1f ms; latest submission %.1f ms behind schedule\n",
            npolls, gap_mean, dpct(poll_gaps, npoll_gaps, 99), dpct(poll_gaps, npoll_gaps, 100),
-           npolls ? poll_req_ms_sum / npolls : NAN, dpct(extra, nextra, 50), dpct(extra, nextra, 95),
+           npolls ? poll_req_ms_sum / npolls : NAN, (max_gap_at - t0) / 1e9, dpct(extra, nextra, 50), dpct(extra, nextra, 95),
            dpct(ack, nack, 50), dpct(ack, nack, 99), max_lag_ns / 1e6);
 
     /* The node kill: when did the tasks that were running on it finish? */
-    int kill_ok = 1, kill_n = 0;
+    int kill_ok = 1, kill_n = 0, kill_after = 0;
     double worst_slack = -1e18;
     if (kill_mono) {
-        /* Tasks dispatched there between the listing and the signal count too:
-         * any attempt on the node that began before the kill and ended after. */
+        /* Any task with an attempt on the node still open at the kill counts:
+         * those dispatched between the listing and the signal, and those the
+         * coordinator sent to the dead node before it noticed. */
         for (int i = 0; i < ntasks; i++) {
             task *t = &tasks[i];
-            if (t->victim || !t->id[0] || t->t_submit > kill_mono || (t->t_done && t->t_done < kill_mono)) continue;
+            if (t->victim || !t->id[0] || (t->t_done && t->t_done < kill_mono)) continue;
             char path[128];
             snprintf(path, sizeof path, "/v1/tasks/%s", t->id);
             json_t *j = http(c, "GET", path, NULL, &b) == 200 ? json_loads(b.p, 0, NULL) : NULL;
-            if (victim_attempt(j) >= 0) t->victim = 1;
+            if (victim_attempt(j) >= 0) t->victim = 2;
             json_decref(j);
         }
-        printf("  tasks running on %s at the kill (bound: 3 x %d ms heartbeat + the final attempt's run):\n",
+        printf("  tasks on %s at the kill (at: 'kill'), or sent there after it (at: ms after the kill). In ms from\n"
+               "  then: their attempt there ended (detect), the attempt that produced the result began (rerun;\n"
+               "  negative: a hedge begun before) and ran (run), the task finished (done); bound = 3 x %d ms + run:\n",
                kill_node, hb_ms);
-        printf("  %-30s %8s %10s %10s %10s %10s  %s\n", "task", "attempts", "detect_ms", "done_ms", "final_run",
-               "bound_ms", "verdict");
+        printf("  %-30s %6s %8s %10s %10s %10s %10s %10s  %s\n", "task", "at", "attempts", "detect_ms", "rerun_ms",
+               "run_ms", "done_ms", "bound_ms", "verdict");
+        for (int pass = 1; pass <= 2; pass++)
         for (int i = 0; i < ntasks; i++) {
             task *t = &tasks[i];
-            if (!t->victim) continue;
+            if (t->victim != pass) continue;
             kill_n++;
             char path[128];
             snprintf(path, sizeof path, "/v1/tasks/%s", t->id);
             json_t *j = http(c, "GET", path, NULL, &b) == 200 ? json_loads(b.p, 0, NULL) : NULL;
-            json_t *hist = json_object_get(j, "attempt_history");
+            json_t *hist = json_object_get(j, "attempt_history"), *a, *win = NULL;
+            size_t k;
             int va = victim_attempt(j);
-            json_t *a0 = json_array_get(hist, va < 0 ? 0 : (size_t)va), *al = json_array_get(hist, json_array_size(hist) - 1);
+            json_array_foreach(hist, k, a) if (!strcmp(jstr(a, "outcome", ""), "succeeded")) win = a;
+            json_t *a0 = json_array_get(hist, va < 0 ? 0 : (size_t)va);
             const char *status = jstr(j, "status", "?");
+            int64_t a0_start = json_integer_value(json_object_get(a0, "started_at"));
+            int64_t ref = a0_start > kill_wall ? a0_start : kill_wall;
             int64_t fin = json_integer_value(json_object_get(j, "finished_at"));
             int64_t a0_end = json_integer_value(json_object_get(a0, "ended_at"));
-            int64_t al_start = json_integer_value(json_object_get(al, "started_at"));
-            int64_t al_end = json_integer_value(json_object_get(al, "ended_at"));
-            if (!al_end) al_end = fin;
-            double detect = a0_end ? (double)(a0_end - kill_wall) : NAN;
-            double done = fin ? (double)(fin - kill_wall) : NAN;
-            double run = al_start && al_end ? (double)(al_end - al_start) : NAN;
+            int64_t w_start = json_integer_value(json_object_get(win, "started_at"));
+            int64_t w_end = json_integer_value(json_object_get(win, "ended_at"));
+            if (!w_end) w_end = fin;
+            double detect = a0_end ? (double)(a0_end - ref) : NAN;
+            double rerun = w_start ? (double)(w_start - ref) : NAN;
+            double done = fin ? (double)(fin - ref) : NAN;
+            double run = w_start && w_end ? (double)(w_end - w_start) : NAN;
             double bound = 3.0 * hb_ms + run;
             int ok = !strcmp(status, "succeeded") && !isnan(done) && done <= bound;
             if (!ok) kill_ok = 0;
             if (!isnan(done) && done - bound > worst_slack) worst_slack = done - bound;
-            printf("  %-30s %8d %10.0f %10.0f %10.0f %10.0f  %s %s\n", t->id, (int)json_array_size(hist), detect,
-                   done, run, bound, ok ? "ok" : "OVER", strcmp(status, "succeeded") ? status : "");
+            char at[16];
+            kill_after += ref > kill_wall;
+            if (ref == kill_wall) snprintf(at, sizeof at, "kill");
+            else snprintf(at, sizeof at, "+%lld", (long long)(ref - kill_wall));
+            printf("  %-30s %6s %8d %10.0f %10.0f %10.0f %10.0f %10.0f  %s %s\n", t->id, at,
+                   (int)json_array_size(hist), detect, rerun, run, done, bound, ok ? "ok" : "OVER",
+                   strcmp(status, "succeeded") ? status : "");
             json_decref(j);
         }
         if (!kill_n) kill_ok = 0;
@@ -823,7 +854,8 @@ int main(int argc, char **argv)
            pv[0][2], pv[2][0], pv[2][1], pv[2][2], per_node[0] ? per_node : "-", retried, gap_mean,
            dpct(poll_gaps, npoll_gaps, 99), dpct(extra, nextra, 50));
     if (kill_mono)
-        printf(" victims=%d kill_ok=%d worst_slack_ms=%.0f", kill_n, kill_ok, kill_n ? worst_slack : NAN);
+        printf(" victims=%d sent_after=%d kill_ok=%d worst_slack_ms=%+.0f", kill_n, kill_after, kill_ok,
+               kill_n ? worst_slack : NAN);
     printf("\n");
 
     if (csv_path) {
