@@ -157,7 +157,7 @@ start_pool() {
   "$BIN" serve --listen 127.0.0.1:0 --port-file "$d/cport" --data "$d/data" --join-token "$TOKEN" \
     --heartbeat-ms "$HB_MS" --missed-heartbeats 3 --queue-max 4096 --queue-timeout-ms 600000 \
     "${pl[@]}" >"$OUT/sched-$tag-coord.log" 2>&1 &
-  CPID=$!; PIDS+=($CPID); POOL_PIDS=($CPID)
+  CPID=$!; PIDS+=("$CPID"); POOL_PIDS=("$CPID")
   CPORT=$(wait_port "$d/cport" "$CPID")
   local line name gpu ss st sp lp lt lk
   for line in "${NODES[@]}"; do
@@ -214,7 +214,7 @@ cold_loads() {
 
 LOAD_ARGS=(--seed "$SEED" --rate "$RATE" --duration "$DURATION" --burst-every "$BURST_EVERY"
   --burst-len "$BURST_LEN" --burst-x "$BURST_X" --large-frac "$LARGE_FRAC" --high-frac "$HIGH_FRAC"
-  --models small,large --drain "$DRAIN" --poll-ms "$POLL_MS" --hb-ms "$HB_MS")
+  --models "small,large" --drain "$DRAIN" --poll-ms "$POLL_MS" --hb-ms "$HB_MS")
 
 # --- the workload, and what the pool can do --------------------------------------------
 echo "pool: fast 16 GB / medium 12 GB / slow 8 GB (fake GPUs, simulated engines); 'small' preloaded everywhere,"
@@ -247,7 +247,7 @@ for policy in $POLICIES; do
   grep -v '^SUMMARY' "$OUT/sched-$policy.txt" | sed 's/^/   /'
   SUM[$policy]=$(grep '^SUMMARY' "$OUT/sched-$policy.txt" || true)
   [ -n "${SUM[$policy]}" ] || die "the driver gave no summary for $policy (see $OUT/sched-$policy.err)"
-  read -r LOADS[$policy] COLD[$policy] <<<"$(cold_loads "$policy")"
+  read -r "LOADS[$policy]" "COLD[$policy]" <<<"$(cold_loads "$policy")"
   stop_pool
 done
 
@@ -256,7 +256,7 @@ declare -A KSUM
 for mode in $KILL_MODES; do
   case $mode in kill) sig=9;; stop) sig=19;; *) die "unknown KILL_MODES entry '$mode' (kill, stop)";; esac
   tag="kill-$mode"
-  echo "== node failure under $KILL_POLICY: $([ $mode = kill ] && echo "kill -9 of" || echo "SIGSTOP (freeze) of") the fast worker and its engines, from ${KILL_AT} s once ${KILL_MIN} tasks run there"
+  echo "== node failure under $KILL_POLICY: $([ "$mode" = kill ] && echo "kill -9 of" || echo "SIGSTOP (freeze) of") the fast worker and its engines, from ${KILL_AT} s once ${KILL_MIN} tasks run there"
   start_pool "$tag" "$KILL_POLICY"
   "$DRIVER" --seed "$((SEED + 1))" --rate "$KILL_RATE" --duration "$KILL_DURATION" --burst-x 1 \
     --large-frac "$KILL_LARGE_FRAC" --high-frac "$HIGH_FRAC" --models small,large --drain "$DRAIN" \
@@ -325,7 +325,7 @@ field() { sed -n "s/.* $2=\([^ ]*\).*/\1/p" <<<"$1"; }
     k=${KSUM[$mode]}
     v=$([ "$(field "$k" kill_ok)" = 1 ] && echo PASS || echo MISS)
     printf '%-44s: %s task(s) (%s sent there after the kill); worst: %s ms against the bound  %s\n' \
-      "node $([ $mode = kill ] && echo "kill -9" || echo "freeze"): done <= 3 x ${HB_MS} ms + run" \
+      "node $([ "$mode" = kill ] && echo "kill -9" || echo "freeze"): done <= 3 x ${HB_MS} ms + run" \
       "$(field "$k" victims)" "$(field "$k" sent_after)" "$(field "$k" worst_slack_ms)" "$v"
   done
 } | tee "$OUT/sched-summary.txt"
