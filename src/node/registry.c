@@ -474,7 +474,8 @@ static void pool_priors(registry *r, const char *model, place_request *pr)
 static place_request to_place_request(registry *r, const reg_request *rq)
 {
     place_request pr = {.prompt_tokens = rq->prompt_tokens, .max_tokens = rq->max_tokens,
-                        .payload_bytes = rq->payload_bytes, .rr_ticket = r->rr_ticket};
+                        .payload_bytes = rq->payload_bytes, .rr_ticket = r->rr_ticket, .priority = rq->priority,
+                        .queued_ahead = rq->queued_ahead};
     pool_priors(r, rq->model, &pr);
     return pr;
 }
@@ -529,7 +530,7 @@ static place_block try_acquire(registry *r, const reg_request *rq, const char *c
     place_request pr = to_place_request(r, rq);
     double est = 0;
     int pick = placement_pick(&r->cfg.placement, &pr, c, (size_t)r->n, &est);
-    place_block why = pick >= 0 ? PLACE_OK : pick == PLACE_DEFER ? PLACE_BUSY
+    place_block why = pick >= 0 ? PLACE_OK : pick == PLACE_DEFER ? PLACE_DEFERRED
                                                                  : placement_why(&r->cfg.placement, c, (size_t)r->n);
     int cold = pick >= 0 && !c[pick].has_model;
     if (c != stackc) free(c);

@@ -40,6 +40,7 @@ typedef struct reg_request {
     int priority;             /* waiting requests: higher first (0..9) */
     int64_t now;              /* monotonic ms for the profile's windows; 0 = read the clock */
     int trusted_only;         /* private: never placed on external capacity */
+    int queued_ahead;         /* requests for the model already waiting for a busy node */
 } reg_request;
 
 typedef struct node_lease {

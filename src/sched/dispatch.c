@@ -183,8 +183,13 @@ static void retry_or_fail(exec *e, const char *code, const char *msg)
             log_warn("task %s failed: %s (%s)", e->task_id, full, code);
         return;
     }
+    /* A node that went away is no reason to wait: the retry goes to another
+     * node at once.  An engine that failed the request may fail it again, so
+     * that retry waits. */
+    int node_gone = !strcmp(code, "node_offline") || !strcmp(code, "node_unreachable") ||
+                    !strcmp(code, "node_not_ready") || !strcmp(code, "node_auth");
     pthread_mutex_lock(&d->mu);
-    int64_t delay = backoff_ms(d, e->attempt);
+    int64_t delay = node_gone ? 0 : backoff_ms(d, e->attempt);
     memo_failed(d->memo, e->task_id, e->lease.node_id, delay, mono_ms());
     pthread_mutex_unlock(&d->mu);
     if (store_task_requeue(d->cfg.st, e->task_id, e->attempt, code, msg) == STORE_OK) {
@@ -367,16 +372,19 @@ static exec *new_exec(dispatcher *d, const task_rec *t, const node_lease *lease,
     return e;
 }
 
-enum start_rc { STARTED, NO_NODE, GONE };
+enum start_rc { STARTED, NO_NODE, DEFERRED, GONE };
 
 /* Leases a node for a queued task, avoiding the nodes it failed on when
  * another can take it, and starts its attempt. */
-static enum start_rc start_one(dispatcher *d, const queued_task *q, const char *const *tried, int ntried)
+static enum start_rc start_one(dispatcher *d, const queued_task *q, const char *const *tried, int ntried,
+                                int queued_ahead)
 {
     reg_request rq = describe(q);
+    rq.queued_ahead = queued_ahead;
     node_lease lease;
     place_block b = registry_acquire(d->cfg.reg, &rq, tried, ntried, &lease);
-    if (b != PLACE_OK && ntried) b = registry_acquire(d->cfg.reg, &rq, NULL, 0, &lease);
+    if (b != PLACE_OK && b != PLACE_DEFERRED && ntried) b = registry_acquire(d->cfg.reg, &rq, NULL, 0, &lease);
+    if (b == PLACE_DEFERRED) return DEFERRED;
     if (b != PLACE_OK) return NO_NODE;
     task_rec t;
     int attempt = 0;
@@ -513,6 +521,10 @@ static int dispatch_pass(dispatcher *d, queued_task *rows, queue_item *items, si
         several_owners = strcmp(rows[order[i]].owner, rows[order[0]].owner) != 0;
     char blocked[16][128];
     int nblocked = 0;
+    /* Tasks that chose to wait for a busy (faster) node, per model: each
+     * later one counts them as ahead of it in that node's line. */
+    char waiting_model[16][128];
+    int waiting_n[16], nwaiting = 0;
     for (size_t i = 0; i < k; i++) {
         const queued_task *q = &rows[order[i]];
         int skip = 0;
@@ -530,8 +542,15 @@ static int dispatch_pass(dispatcher *d, queued_task *rows, queue_item *items, si
         }
         pthread_mutex_unlock(&d->mu);
         if (!queue_owner_may_start(&d->cfg.queue, running, several_owners, total_slots)) continue;
-        if (start_one(d, q, tried, ntried) == NO_NODE && nblocked < 16)
-            snprintf(blocked[nblocked++], sizeof blocked[0], "%s", q->model);
+        int w = 0;
+        while (w < nwaiting && strcmp(waiting_model[w], q->model)) w++;
+        enum start_rc rc = start_one(d, q, tried, ntried, w < nwaiting ? waiting_n[w] : 0);
+        if (rc == NO_NODE && nblocked < 16) snprintf(blocked[nblocked++], sizeof blocked[0], "%s", q->model);
+        if (rc == DEFERRED && w == nwaiting && nwaiting < 16) {
+            snprintf(waiting_model[nwaiting], sizeof waiting_model[0], "%s", q->model);
+            waiting_n[nwaiting++] = 0;
+        }
+        if (rc == DEFERRED && w < 16) waiting_n[w]++;
     }
     return n;
 }

@@ -144,7 +144,7 @@ static int pick_score(const place_cfg *cfg, const place_request *rq, const place
         if (!has_free_slot(&c[i])) {
             /* A busy node frees its first slot after about a (slots+1)th
              * of a request's time, later with more already waiting. */
-            int ahead = c[i].inflight - slots_of(&c[i]);
+            int ahead = c[i].inflight - slots_of(&c[i]) + (rq->queued_ahead > 0 ? rq->queued_ahead : 0);
             s += (ahead + 1) * placement_service_ms(rq, &c[i]) / (slots_of(&c[i]) + 1);
             if (busy_s < 0 || s < busy_s) busy_s = s;
             continue;
@@ -159,7 +159,11 @@ static int pick_score(const place_cfg *cfg, const place_request *rq, const place
             best_s = s;
         }
     }
-    if (best >= 0 && cfg->w.defer > 0 && busy_s >= 0 && busy_s < cfg->w.defer * best_s) return PLACE_DEFER;
+    if (best >= 0 && cfg->w.defer > 0 && busy_s >= 0) {
+        int prio = rq->priority < 0 ? 0 : rq->priority > 9 ? 9 : rq->priority;
+        double defer = cfg->w.defer + (1 - cfg->w.defer) * prio / 10.0;
+        if (busy_s < defer * best_s) return PLACE_DEFER;
+    }
     if (best >= 0 && est_ms) *est_ms = placement_service_ms(rq, &c[best]);
     return best;
 }

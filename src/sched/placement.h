@@ -17,7 +17,9 @@
  * not tried already for this request, has a free slot, and serves the model
  * or can start it within its free VRAM (the planner's need).  When a busy
  * node would still finish much sooner than any free one, the request waits
- * for it (PLACE_DEFER) instead of going to a slow node.
+ * for it (PLACE_DEFER) instead of going to a slow node: "much" is `defer`
+ * for priority 0 and nears 1 for priority 9, so urgent work waits for fast
+ * nodes and leaves the slow ones to work that can afford them.
  *
  * The baselines other gateways use are here too, for comparison: round-robin
  * and least-connections route at once among ready nodes with the model and
@@ -54,6 +56,8 @@ typedef struct place_request {
     /* the pool's figures for the model, where a node has none of its own */
     double prior_ttft_ms, prior_tps, prior_load_ms;
     unsigned rr_ticket;     /* round-robin: the caller's running counter */
+    int priority;           /* 0..9: the higher, the more worth waiting for a faster node */
+    int queued_ahead;       /* requests for the model already waiting for a busy node */
 } place_request;
 
 typedef struct place_candidate {
@@ -96,6 +100,7 @@ typedef enum place_block {
     PLACE_BUSY,        /* nodes serve it, all their slots are taken */
     PLACE_UNAVAILABLE, /* nodes serve it, none is ready (or all excluded) */
     PLACE_NO_FIT,      /* nodes could start it, but it fits no free VRAM */
+    PLACE_DEFERRED,    /* a free node exists, but waiting for a busy one is faster */
 } place_block;
 place_block placement_why(const place_cfg *cfg, const place_candidate *c, size_t n);
 

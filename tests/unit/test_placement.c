@@ -205,6 +205,16 @@ static void pick_waits_for_a_much_faster_busy_node(void **state)
     c[1].tps = 80;
     c[1].ttft_ms = 60;
     assert_int_equal(pick(c, 2), 1);
+    /* urgent work waits for the fast node where ordinary work takes the slow one */
+    c[1].tps = 40;
+    c[1].ttft_ms = 100;
+    place_cfg dc = score_cfg();
+    place_request low = {.max_tokens = 100, .priority = 0}, high = {.max_tokens = 100, .priority = 9};
+    assert_int_equal(placement_pick(&dc, &low, c, 2, NULL), 1);
+    assert_int_equal(placement_pick(&dc, &high, c, 2, NULL), PLACE_DEFER);
+    /* but not behind a long line already waiting for it */
+    high.queued_ahead = 6;
+    assert_int_equal(placement_pick(&dc, &high, c, 2, NULL), 1);
     /* nor with deferring switched off */
     c[1].tps = 5;
     place_cfg cfg = score_cfg();
