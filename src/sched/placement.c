@@ -112,9 +112,14 @@ double placement_score(const place_weights *w, const place_request *rq, const pl
     double service = placement_service_ms(rq, c);
     double cold = c->has_model ? 0 : or_default(c->load_ms, rq->prior_load_ms, DEFAULT_LOAD_MS);
     int occ = occupancy(c), slots = slots_of(c);
-    /* Waiting behind the engine's own queue, and sharing its batch. */
+    /* With every slot taken, requests already waiting for this node are in
+     * line before this one too. */
+    if (occ >= slots && rq->queued_ahead > 0) occ += rq->queued_ahead;
+    /* Waiting for a slot: the first of `slots` running requests ends after
+     * about a (slots+1)th of a request's time, later with more in line.  And
+     * sharing the engine's batch slows each request down somewhat. */
     double wait = occ >= slots ? (occ - slots + 1) * service / (slots + 1) : 0;
-    double shared = 0.5 * service * occ / slots;
+    double shared = 0.25 * service * (occ < slots ? occ : slots) / slots;
     double link = c->link_bytes_per_ms > 0 ? c->link_bytes_per_ms : DEFAULT_LINK_BYTES_PER_MS;
     double xfer = rq->payload_bytes > 0 ? rq->payload_bytes / link : 0;
     double s = w->speed * service + w->affinity * cold + w->load * (wait + shared) + w->link * xfer;
@@ -142,10 +147,7 @@ static int pick_score(const place_cfg *cfg, const place_request *rq, const place
         if (!eligible(&c[i])) continue;
         double s = placement_score(&cfg->w, rq, &c[i]);
         if (!has_free_slot(&c[i])) {
-            /* A busy node frees its first slot after about a (slots+1)th
-             * of a request's time, later with more already waiting. */
-            int ahead = c[i].inflight - slots_of(&c[i]) + (rq->queued_ahead > 0 ? rq->queued_ahead : 0);
-            s += (ahead + 1) * placement_service_ms(rq, &c[i]) / (slots_of(&c[i]) + 1);
+            /* Its score counts the wait for a slot. */
             if (busy_s < 0 || s < busy_s) busy_s = s;
             continue;
         }
