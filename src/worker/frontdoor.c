@@ -247,9 +247,13 @@ http_fast_rc frontdoor_fast(http_req *req, void *app)
     const char *raw = http_req_body(req, &len);
     http_call_opts o = {.method = "POST", .url = f->url, .body = raw, .body_len = len};
     if (stream || relay_call_async(&o, req, fast_done, f)) {
-        /* Streams are relayed from a pool thread; give the slot back first. */
-        relay_outcome none = {0};
-        job_finished(&f->j, &none);
+        /* Streams are relayed from a pool thread; give the slot back first.
+         * No request ended: its keep_alive (0 would stop the engine now)
+         * applies when the pool thread's call does. */
+        pthread_mutex_lock(&w->mu);
+        w->inflight--;
+        w->engines[pick].inflight--;
+        pthread_mutex_unlock(&w->mu);
         free(f);
         return HTTP_PASS;
     }

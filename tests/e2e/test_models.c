@@ -222,6 +222,12 @@ static void idle_unload_follows_keep_alive(void **state)
     assert_true(wait_state(&f->p, "llama-a", "stopped", 3000));
     assert_true(h_now_ms() - t0 < 2500);
     assert_int_equal(starts_of(w, "llama-a"), 2);
+    /* A stream's keep_alive counts when the stream ends, not before. */
+    chat_ok(&f->p, "llama-a", NULL);
+    assert_true(wait_state(&f->p, "llama-a", "running", 5000));
+    chat_ok(&f->p, "llama-a", ",\"stream\":true,\"keep_alive\":0");
+    assert_true(wait_state(&f->p, "llama-a", "stopped", 3000));
+    assert_int_equal(starts_of(w, "llama-a"), 3);
     /* A keep_alive that is not a duration is the client's mistake. */
     h_resp r;
     assert_int_equal(chat(&f->p, "llama-a", ",\"keep_alive\":\"soon\"", &r), 400);
