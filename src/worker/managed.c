@@ -301,8 +301,10 @@ static void explain(char *err, size_t errlen, const char *path)
     if (last[0] && have + 1 < errlen) snprintf(err + have, errlen - have, "; its log (%s) ends: %s", path, last);
 }
 
-/* The buffer sizes in the log so far; once the engine answers, llama.cpp
- * may still be writing them from its logging thread, so look a few times. */
+/* The buffer sizes in the log.  Once the engine answers llama.cpp may still
+ * be writing the last of them from its logging thread, so a log that shows
+ * the model's buffers but not yet the context's is read again a few times;
+ * one with no buffer line at all is an engine that prints none. */
 static void read_sizes(const char *path, memlog_figures *mem, int *have_mem)
 {
     for (int i = 0; i < 10; i++) {
@@ -310,7 +312,7 @@ static void read_sizes(const char *path, memlog_figures *mem, int *have_mem)
         char *text = read_tail(path, 4 << 20, &len);
         *have_mem = text ? memlog_parse(text, len, mem) : 0;
         free(text);
-        if (*have_mem) return;
+        if (*have_mem || mem->lines == 0) return;
         sleep_ms(50);
     }
 }
