@@ -5,10 +5,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 
 #include "cmd/cmd.h"
 #include "plan/ggml_types.h"
 #include "plan/plan.h"
+#include "worker/measured.h"
 
 #define GiB (1024.0 * 1024 * 1024)
 
@@ -33,6 +36,8 @@ static void usage(FILE *f)
             "  --margin X            safety margin: '5%%' (or 5) of each GPU's need (default) or a size like '512M'\n"
             "  --overhead SIZE       per-GPU engine overhead (default 384M)\n"
             "  --json                print JSON (the POST /v1/plan answer)\n"
+            "  --measured FILE       set beside the estimate what an engine allocated for this file and\n"
+            "                        these settings, from a worker's measured.json (or its data directory)\n"
             "  --model PRESET        plan a built-in architecture instead of a file\n"
             "  --quant Q             quant tier for --model (default Q4_K_M)\n"
             "  --table               which sizes fit which cards at 4K context, 1 slot\n"
@@ -202,6 +207,67 @@ static void print_text(const plan_model *m, const plan_settings *s, const plan_r
            ggml_type_get(s->type_v)->name, s->flash_attn ? "on" : "off", r->ubatch);
 }
 
+/* The measurement of this file at these settings, from a worker's file
+ * (or data directory): 1 found, 0 none, -1 unreadable (reason printed). */
+static int find_measured(const char *where, const char *file, const plan_settings *s, measured_entry *out)
+{
+    char path[1100], err[600];
+    struct stat st;
+    if (stat(where, &st) == 0 && S_ISDIR(st.st_mode)) snprintf(path, sizeof path, "%.1000s/measured.json", where);
+    else snprintf(path, sizeof path, "%.1000s", where);
+    measured_key k;
+    if (measured_key_for(file, (int)s->ctx, (int)s->parallel, ggml_type_get(s->type_k)->name,
+                         ggml_type_get(s->type_v)->name, s->flash_attn, &k, err, sizeof err) ||
+        measured_lookup(path, &k, out, err, sizeof err) < 0) {
+        fprintf(stderr, "gpupool plan: --measured: %s\n", err);
+        return -1;
+    }
+    return measured_lookup(path, &k, out, err, sizeof err);
+}
+
+static void ratio_row(const char *label, uint64_t plan, uint64_t engine)
+{
+    char a[32], b[32], r[16] = "-";
+    human(a, sizeof a, plan);
+    human(b, sizeof b, engine);
+    if (plan) snprintf(r, sizeof r, "%.2f", (double)engine / (double)plan);
+    printf("  %-16s %12s %12s %12s\n", label, a, b, r);
+}
+
+/* The estimate beside what an engine allocated on its GPUs. */
+static void print_measured(const plan_settings *s, const plan_result *r, const measured_entry *e, const char *where)
+{
+    char when[40] = "";
+    time_t t = (time_t)e->measured_at;
+    struct tm tm;
+    if (t) strftime(when, sizeof when, ", %Y-%m-%d %H:%M UTC", gmtime_r(&t, &tm));
+    printf("\nmeasured by an engine (%s%s):\n", where, when);
+    printf("  %-16s %12s %12s %12s\n", "", "planner", "engine", "engine/plan");
+    ratio_row("weights (GPU)", r->weights, e->model_bytes);
+    ratio_row("KV cache", r->kv + r->state, e->kv_bytes);
+    ratio_row("compute buffer", r->compute, e->compute_bytes);
+    uint64_t plan_bufs = r->weights + r->kv + r->state + r->compute;
+    ratio_row("buffers", plan_bufs, measured_total(e));
+    uint64_t need = measured_total(e) + s->overhead;
+    need += (uint64_t)((double)need * s->margin_pct / 100.0) + s->margin_bytes;
+    char a[32], b[32];
+    human(a, sizeof a, need);
+    human(b, sizeof b, r->gpu[0].total);
+    printf("  a worker offers it with %s (buffers + overhead + margin; the planner's need is %s)\n", a, b);
+}
+
+static json_t *measured_to_json(const plan_settings *s, const plan_result *r, const measured_entry *e)
+{
+    json_t *j = measured_json(e);
+    uint64_t need = measured_total(e) + s->overhead;
+    need += (uint64_t)((double)need * s->margin_pct / 100.0) + s->margin_bytes;
+    uint64_t plan_bufs = r->weights + r->kv + r->state + r->compute;
+    json_object_set_new(j, "need_bytes", json_integer((json_int_t)need));
+    json_object_set_new(j, "measured_at", json_integer((json_int_t)e->measured_at));
+    json_object_set_new(j, "engine_over_plan", json_real(plan_bufs ? (double)measured_total(e) / (double)plan_bufs : 0));
+    return j;
+}
+
 static int print_table(const plan_settings *base)
 {
     static const char *const sizes[] = {"7b", "13b", "32b", "70b"};
@@ -261,7 +327,7 @@ int cmd_plan(int argc, char **argv)
 {
     plan_settings s;
     plan_settings_init(&s);
-    const char *file = NULL, *preset = NULL, *quant = NULL;
+    const char *file = NULL, *preset = NULL, *quant = NULL, *measured = NULL;
     bool json = false, table = false;
     for (int i = 1; i < argc; i++) {
         char *arg = argv[i], *val = NULL, *eq = NULL;
@@ -325,6 +391,8 @@ int cmd_plan(int argc, char **argv)
             preset = v;
         } else if (IS("--quant", NULL)) {
             quant = v;
+        } else if (IS("--measured", NULL)) {
+            measured = v;
         } else {
             return fail("unknown option '%s' (see gpupool plan --help)", arg);
         }
@@ -335,6 +403,7 @@ int cmd_plan(int argc, char **argv)
     if (file && preset) return fail("%s", "give a model file or --model, not both");
     if (!file && !preset) return fail("%s", "no model: give MODEL.gguf or --model PRESET (see --help)");
     if (quant && !preset) return fail("%s", "--quant goes with --model; a file's quant is read from the file");
+    if (measured && !file) return fail("%s", "--measured goes with a model file: measurements are per file");
 
     char err[512];
     plan_model *m = file ? plan_model_open(file, err, sizeof err) : plan_model_preset(preset, quant, err, sizeof err);
@@ -348,14 +417,23 @@ int cmd_plan(int argc, char **argv)
         plan_model_free(m);
         return fail("%s", err);
     }
+    measured_entry me;
+    int have = measured ? find_measured(measured, file, &s, &me) : 0;
+    if (have < 0) {
+        plan_model_free(m);
+        return 2;
+    }
     if (json) {
         json_t *j = plan_to_json(m, &s, &r);
+        if (measured) json_object_set_new(j, "measured", have ? measured_to_json(&s, &r, &me) : json_null());
         char *txt = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(6));
         if (txt) puts(txt);
         free(txt);
         json_decref(j);
     } else {
         print_text(m, &s, &r);
+        if (have) print_measured(&s, &r, &me, measured);
+        else if (measured) printf("\nno engine has measured this file at these settings in %s\n", measured);
     }
     int rc = r.fits ? 0 : 1;
     plan_model_free(m);

@@ -1,18 +1,29 @@
 /* cmd/sim_engine: `gpupool sim-engine`, the GPU-free stand-in for an
  * OpenAI-compatible inference engine.  This file owns the command line and
- * the process's life: start, announce, wait for a signal, stop. */
+ * the process's life: start, announce, "load" a model file (sim/simload
+ * says what llama-server would print and how long it takes), wait for a
+ * signal, stop.
+ *
+ * It takes llama-server's flags too, written llama-server's way (-m, -c,
+ * -np, -ngl, -ctk, -ctv, -fa, --port ...), so a worker can start it with the
+ * command line it would give llama-server.  getopt_long_only makes "-ngl"
+ * one option rather than -n -g -l, as llama-server's own parser does. */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "cmd/cmd.h"
 #include "http/server.h"
 #include "sim/simcore.h"
+#include "sim/simload.h"
 #include "sim/simserver.h"
+#include "util/clock.h"
 #include "util/log.h"
 #include "util/opts.h"
 
@@ -27,10 +38,11 @@ static void usage(FILE *f)
             "\n"
             "  --listen HOST:PORT        address to serve on (default 127.0.0.1:8090; port 0 = any)\n"
             "  --port-file PATH          write the bound port there once listening\n"
-            "  --model NAME[:VRAM_GB]    a model to serve, repeatable (default %s:%g)\n"
+            "  --model NAME[:VRAM_GB]    a model to serve, repeatable (default %s:%g);\n"
+            "                            a NAME ending in .gguf is a model file, as -m\n"
             "  --ttft-ms N               time to first token (default 200)\n"
             "  --tps N                   tokens per second after it; 0 = no delay (default 50)\n"
-            "  --slots N                 requests processed at once; more wait in line (default 4)\n"
+            "  --slots N                 requests processed at once; more wait in line (default 4, or -np)\n"
             "  --seed N                  seeds the text and the fault draws (default 42)\n"
             "  --max-tokens-default N    tokens when a request gives no max_tokens (default 64)\n"
             "  --error-rate F            fraction of requests answered 500 (default 0)\n"
@@ -38,11 +50,27 @@ static void usage(FILE *f)
             "  --drop-rate F             fraction of streams cut off half-way (default 0)\n"
             "  --single-model            answer whatever model a request names with the first model,\n"
             "                            as llama-server does\n"
+            "\n"
+            "As llama-server (a model file is sized from its GGUF header by the planner; the\n"
+            "engine answers 503 \"Loading model\" while it loads, prints llama.cpp's buffer lines\n"
+            "on stderr, then serves the file as its one model):\n"
+            "  -m, --model FILE.gguf     the model file\n"
+            "  --alias NAME, -a NAME     the model's id in /v1/models (default the path)\n"
+            "  --host H, --port N        where to listen (default 127.0.0.1:8080 when either is given)\n"
+            "  -c, --ctx-size N          context of every slot together (default 4096; 0 = trained)\n"
+            "  -np, --parallel N         slots (default 1)\n"
+            "  -ngl, --n-gpu-layers N    layers on the GPU (default all)\n"
+            "  -ctk, -ctv T              K and V cache types (default f16)\n"
+            "  -fa, --flash-attn [on|off|auto]  flash attention (auto is sized as off)\n"
+            "  -ub, --ubatch-size N      physical batch (default 512)\n"
+            "  --kv-unified, -b, -t, --no-warmup, --jinja, --metrics, --no-mmap, --mlock, -cb,\n"
+            "  -fit on|off, -lv N        accepted and ignored\n"
+            "  --load-ms N               how long loading takes (default: the file's size at --load-gbps)\n"
+            "  --load-gbps F             read speed for that (default 2 GB/s)\n"
+            "  --mem-factor F            scale every printed buffer size (default 1: the planner's)\n"
             "  --help                    show this\n",
             SIM_FIRST_TOKEN, SIM_DEFAULT_MODEL, SIM_DEFAULT_VRAM_GB);
 }
-
-/* Writes "PORT\n" so that a reader never sees a half-written file. */
 
 static void announce(const sim_config *c, const char *listen, int port)
 {
@@ -62,15 +90,49 @@ static void announce(const sim_config *c, const char *listen, int port)
             v6 ? "[" : "", host, v6 ? "]" : "", port, models);
 }
 
-int cmd_sim_engine(int argc, char **argv)
+enum {
+    O_LISTEN = 1000, O_PORT_FILE, O_HELP, O_CONFIG, O_FLAG, O_MODEL, O_LLAMA, O_FA, O_HOST, O_PORT, O_IGNORE,
+    O_IGNORE_VALUE
+};
+
+/* llama-server's spellings map to one name each for sim_llama_set. */
+static const struct { const char *flag, *name; } llama_names[] = {
+    {"m", "model-file"}, {"a", "alias"}, {"alias", "alias"}, {"c", "ctx-size"}, {"ctx-size", "ctx-size"},
+    {"np", "parallel"}, {"parallel", "parallel"}, {"ngl", "n-gpu-layers"}, {"n-gpu-layers", "n-gpu-layers"},
+    {"gpu-layers", "n-gpu-layers"}, {"ctk", "cache-type-k"}, {"cache-type-k", "cache-type-k"},
+    {"ctv", "cache-type-v"}, {"cache-type-v", "cache-type-v"}, {"ub", "ubatch-size"},
+    {"ubatch-size", "ubatch-size"}, {"mem-factor", "mem-factor"}, {"load-ms", "load-ms"},
+    {"load-gbps", "load-gbps"},
+};
+
+static const char *llama_name(const char *flag)
 {
-    enum { O_LISTEN = 1000, O_PORT_FILE, O_HELP, O_CONFIG, O_FLAG };
+    for (size_t i = 0; i < sizeof llama_names / sizeof llama_names[0]; i++)
+        if (!strcmp(llama_names[i].flag, flag)) return llama_names[i].name;
+    return flag;
+}
+
+static int ends_with_gguf(const char *s)
+{
+    size_t n = strlen(s);
+    return n > 5 && !strcasecmp(s + n - 5, ".gguf");
+}
+
+typedef struct sim_opts {
+    sim_config cfg;
+    sim_llama llama;
+    const char *listen, *port_file, *host, *port;
+    int slots_given, load_given;
+} sim_opts;
+
+static int parse(int argc, char **argv, sim_opts *o)
+{
     static const struct option opts[] = {
         {"listen", required_argument, NULL, O_LISTEN},
         {"port-file", required_argument, NULL, O_PORT_FILE},
         {"help", no_argument, NULL, O_HELP},
-        /* The rest go to sim_config_set under their own names. */
-        {"model", required_argument, NULL, O_CONFIG},
+        /* These go to sim_config_set under their own names. */
+        {"model", required_argument, NULL, O_MODEL},
         {"ttft-ms", required_argument, NULL, O_CONFIG},
         {"tps", required_argument, NULL, O_CONFIG},
         {"slots", required_argument, NULL, O_CONFIG},
@@ -80,51 +142,177 @@ int cmd_sim_engine(int argc, char **argv)
         {"hang-rate", required_argument, NULL, O_CONFIG},
         {"drop-rate", required_argument, NULL, O_CONFIG},
         {"single-model", no_argument, NULL, O_FLAG},
+        /* llama-server's, to sim_llama_set. */
+        {"m", required_argument, NULL, O_LLAMA}, {"a", required_argument, NULL, O_LLAMA},
+        {"alias", required_argument, NULL, O_LLAMA}, {"c", required_argument, NULL, O_LLAMA},
+        {"ctx-size", required_argument, NULL, O_LLAMA}, {"np", required_argument, NULL, O_LLAMA},
+        {"parallel", required_argument, NULL, O_LLAMA}, {"ngl", required_argument, NULL, O_LLAMA},
+        {"n-gpu-layers", required_argument, NULL, O_LLAMA}, {"gpu-layers", required_argument, NULL, O_LLAMA},
+        {"ctk", required_argument, NULL, O_LLAMA}, {"cache-type-k", required_argument, NULL, O_LLAMA},
+        {"ctv", required_argument, NULL, O_LLAMA}, {"cache-type-v", required_argument, NULL, O_LLAMA},
+        {"ub", required_argument, NULL, O_LLAMA}, {"ubatch-size", required_argument, NULL, O_LLAMA},
+        {"mem-factor", required_argument, NULL, O_LLAMA}, {"load-ms", required_argument, NULL, O_LLAMA},
+        {"load-gbps", required_argument, NULL, O_LLAMA},
+        {"fa", optional_argument, NULL, O_FA}, {"flash-attn", optional_argument, NULL, O_FA},
+        {"host", required_argument, NULL, O_HOST}, {"port", required_argument, NULL, O_PORT},
+        {"kv-unified", no_argument, NULL, O_IGNORE}, {"kvu", no_argument, NULL, O_IGNORE},
+        {"no-warmup", no_argument, NULL, O_IGNORE}, {"jinja", no_argument, NULL, O_IGNORE},
+        {"metrics", no_argument, NULL, O_IGNORE}, {"no-mmap", no_argument, NULL, O_IGNORE},
+        {"mlock", no_argument, NULL, O_IGNORE}, {"cb", no_argument, NULL, O_IGNORE},
+        {"cont-batching", no_argument, NULL, O_IGNORE},
+        {"b", required_argument, NULL, O_IGNORE_VALUE}, {"batch-size", required_argument, NULL, O_IGNORE_VALUE},
+        {"t", required_argument, NULL, O_IGNORE_VALUE}, {"threads", required_argument, NULL, O_IGNORE_VALUE},
+        {"fit", required_argument, NULL, O_IGNORE_VALUE}, {"lv", required_argument, NULL, O_IGNORE_VALUE},
+        {"verbosity", required_argument, NULL, O_IGNORE_VALUE},
         {NULL, 0, NULL, 0},
     };
-    sim_config cfg;
-    sim_config_defaults(&cfg);
-    const char *listen = "127.0.0.1:8090", *port_file = NULL;
     char err[512];
     int c, idx;
-    log_set_component("sim-engine");
     optind = 0; /* getopt's state is global; start afresh */
     opterr = 0;
-    while ((c = getopt_long(argc, argv, ":", opts, &idx)) != -1) {
+    /* "+": stop at the first non-option, so -fa's optional value can be
+     * taken from the next argument without getopt reordering it away. */
+    while ((c = getopt_long_only(argc, argv, "+:", opts, &idx)) != -1) {
+        const char *name = c >= O_LISTEN ? opts[idx].name : "";
+        int rc = 0;
         switch (c) {
-        case O_LISTEN: listen = optarg; break;
-        case O_PORT_FILE: port_file = optarg; break;
-        case O_HELP: usage(stdout); return 0;
+        case O_LISTEN: o->listen = optarg; break;
+        case O_PORT_FILE: o->port_file = optarg; break;
+        case O_HELP: usage(stdout); return 1;
+        case O_HOST: o->host = optarg; break;
+        case O_PORT: o->port = optarg; break;
+        case O_IGNORE:
+        case O_IGNORE_VALUE: break;
+        case O_MODEL:
+            if (ends_with_gguf(optarg)) rc = sim_llama_set(&o->llama, "model-file", optarg, err, sizeof err);
+            else rc = sim_config_set(&o->cfg, "model", optarg, err, sizeof err);
+            break;
         case O_FLAG:
         case O_CONFIG:
-            if (sim_config_set(&cfg, opts[idx].name, c == O_FLAG ? "1" : optarg, err, sizeof err)) {
-                fprintf(stderr, "sim-engine: %s\n", err);
-                return 2;
-            }
+            o->slots_given |= !strcmp(name, "slots");
+            rc = sim_config_set(&o->cfg, name, c == O_FLAG ? "1" : optarg, err, sizeof err);
             break;
+        case O_LLAMA:
+            o->load_given |= !strcmp(name, "load-ms") || !strcmp(name, "load-gbps");
+            rc = sim_llama_set(&o->llama, llama_name(name), optarg, err, sizeof err);
+            break;
+        case O_FA: {
+            const char *v = optarg;
+            if (!v && optind < argc && (!strcmp(argv[optind], "on") || !strcmp(argv[optind], "off") ||
+                                        !strcmp(argv[optind], "auto")))
+                v = argv[optind++];
+            rc = sim_llama_set(&o->llama, "flash-attn", v, err, sizeof err);
+            break;
+        }
         case ':':
             fprintf(stderr, "sim-engine: %s needs a value (see --help)\n", argv[optind - 1]);
-            return 2;
+            return -1;
         default:
             fprintf(stderr, "sim-engine: unknown option '%s' (see --help)\n", argv[optind - 1]);
-            return 2;
+            return -1;
+        }
+        if (rc) {
+            fprintf(stderr, "sim-engine: %s\n", err);
+            return -1;
         }
     }
     if (optind < argc) {
         fprintf(stderr, "sim-engine: unexpected argument '%s' (see --help)\n", argv[optind]);
-        return 2;
+        return -1;
+    }
+    return 0;
+}
+
+/* --host/--port as llama-server takes them, or --listen. */
+static int listen_address(sim_opts *o, char *out, size_t len)
+{
+    if (o->host || o->port) {
+        if (o->listen) {
+            fprintf(stderr, "sim-engine: give --listen or --host/--port, not both\n");
+            return -1;
+        }
+        const char *h = o->host ? o->host : "127.0.0.1";
+        snprintf(out, len, strchr(h, ':') ? "[%s]:%s" : "%s:%s", h, o->port ? o->port : "8080");
+    } else {
+        snprintf(out, len, "%s", o->listen ? o->listen : "127.0.0.1:8090");
     }
     char host[128];
     int port;
     struct in6_addr any;
-    if (http_parse_listen(listen, host, sizeof host, &port) ||
-        (strcmp(host, "localhost") && inet_pton(AF_INET, host, &any) != 1 &&
-         inet_pton(AF_INET6, host, &any) != 1)) {
-        fprintf(stderr, "sim-engine: --listen: '%s' is not IP:PORT (numeric, or localhost)\n",
-                listen);
-        return 2;
+    if (http_parse_listen(out, host, sizeof host, &port) ||
+        (strcmp(host, "localhost") && inet_pton(AF_INET, host, &any) != 1 && inet_pton(AF_INET6, host, &any) != 1)) {
+        fprintf(stderr, "sim-engine: --listen: '%s' is not IP:PORT (numeric, or localhost)\n", out);
+        return -1;
     }
-    if (sim_config_finish(&cfg, err, sizeof err)) {
+    return 0;
+}
+
+/* Sizes -m's file as llama-server would load it, and makes it the one model
+ * served.  Errors read like llama-server's, so a log shows the same. */
+static int open_model(sim_opts *o, sim_llama_sizes *sz, uint64_t *file_bytes)
+{
+    char err[512];
+    plan_model *m = plan_model_open(o->llama.path, err, sizeof err);
+    if (!m) {
+        fprintf(stderr, "llama_model_load: error loading model: %s: %s\n", o->llama.path, err);
+        fprintf(stderr, "sim-engine: SIMULATED engine: failed to load the model, exiting\n");
+        return -1;
+    }
+    int rc = sim_llama_size(&o->llama, m, sz, err, sizeof err);
+    *file_bytes = m->file_bytes;
+    plan_model_free(m);
+    if (rc) {
+        fprintf(stderr, "llama_init_from_model: failed to initialize the context: %s\n", err);
+        fprintf(stderr, "sim-engine: SIMULATED engine: failed to load the model, exiting\n");
+        return -1;
+    }
+    /* llama-server lists the alias, else the path it was given. */
+    sim_config *c = &o->cfg;
+    if (c->n_models == 0) {
+        const char *id = o->llama.alias[0] ? o->llama.alias : o->llama.path;
+        /* A longer path is cut: the engine answers any model name anyway. */
+        snprintf(c->models[0].name, sizeof c->models[0].name, "%.*s", (int)sizeof c->models[0].name - 1, id);
+        c->models[0].vram_bytes = sz->gpu_weights + sz->gpu_kv + sz->gpu_compute;
+        c->n_models = 1;
+    }
+    c->single_model = 1;
+    if (!o->slots_given) c->slots = (int)o->llama.parallel;
+    c->loading = 1;
+    return 0;
+}
+
+/* Sleeps out the load, unless a stop signal comes first (then 1). */
+static int wait_load(const sigset_t *sigs, int64_t ms)
+{
+    int64_t deadline = mono_ms() + ms;
+    for (;;) {
+        int64_t left = deadline - mono_ms();
+        if (left <= 0) return 0;
+        struct timespec ts = {left / 1000, (left % 1000) * 1000000};
+        int sig = sigtimedwait(sigs, NULL, &ts);
+        if (sig > 0) {
+            log_info("signal %d while loading: stopping", sig);
+            return 1;
+        }
+        if (errno != EINTR && errno != EAGAIN) return 0;
+    }
+}
+
+int cmd_sim_engine(int argc, char **argv)
+{
+    log_set_component("sim-engine");
+    sim_opts o = {0};
+    sim_config_defaults(&o.cfg);
+    sim_llama_defaults(&o.llama);
+    int p = parse(argc, argv, &o);
+    if (p) return p > 0 ? 0 : 2;
+    char listen[160], err[512];
+    if (listen_address(&o, listen, sizeof listen)) return 2;
+    sim_llama_sizes sz;
+    uint64_t file_bytes = 0;
+    if (o.llama.path[0] && open_model(&o, &sz, &file_bytes)) return 1;
+    if (!o.llama.path[0] && o.load_given) o.cfg.loading = 1; /* a load with nothing to size */
+    if (sim_config_finish(&o.cfg, err, sizeof err)) {
         fprintf(stderr, "sim-engine: %s\n", err);
         return 2;
     }
@@ -134,16 +322,37 @@ int cmd_sim_engine(int argc, char **argv)
     sigset_t sigs;
     block_stop_signals(&sigs);
 
-    sim_server *srv = sim_server_start(&cfg, listen, err, sizeof err);
+    sim_server *srv = sim_server_start(&o.cfg, listen, err, sizeof err);
     if (!srv) {
         fprintf(stderr, "sim-engine: %s\n", err);
         return 1;
     }
-    announce(&cfg, listen, sim_server_port(srv));
-    if (port_file && write_port_file(port_file, sim_server_port(srv))) {
-        fprintf(stderr, "sim-engine: cannot write the port file %s\n", port_file);
+    announce(&o.cfg, listen, sim_server_port(srv));
+    if (o.port_file && write_port_file(o.port_file, sim_server_port(srv))) {
+        fprintf(stderr, "sim-engine: cannot write the port file %s\n", o.port_file);
         sim_server_stop(srv);
         return 1;
+    }
+    if (o.cfg.loading) {
+        int64_t ms = sim_llama_load_ms(&o.llama, file_bytes);
+        buf lines = {0};
+        if (o.llama.path[0]) {
+            fprintf(stderr, "sim-engine: SIMULATED load of %s for %lld ms: the buffer sizes below are the planner's%s, "
+                            "no GPU is used\n", o.llama.path, (long long)ms, o.llama.mem_factor != 1 ? " (scaled)" : "");
+            sim_llama_model_lines(&lines, &sz);
+            fputs(lines.data, stderr);
+        }
+        if (wait_load(&sigs, ms)) {
+            buf_free(&lines);
+            sim_server_stop(srv);
+            return 0;
+        }
+        buf_reset(&lines);
+        if (o.llama.path[0]) sim_llama_context_lines(&lines, &sz);
+        buf_printf(&lines, "main: model loaded (simulated)\n");
+        fputs(lines.data, stderr);
+        buf_free(&lines);
+        sim_server_loaded(srv);
     }
     int sig = 0;
     sigwait(&sigs, &sig);

@@ -21,6 +21,7 @@
 #include "worker/fingerprint.h"
 #include "worker/frontdoor.h"
 #include "worker/managed.h"
+#include "plan/plan.h"
 
 #define MAX_SPECS 16
 
@@ -32,10 +33,11 @@ typedef struct worker_opts {
     int nfakes;
     const char *loads[MAX_SPECS];
     int nloads;
-    const char *engine_cmd;
-    long load_timeout_ms;
+    const char *engine_cmd, *data_dir, *margin;
+    long load_timeout_ms, unload_wait_ms;
     long heartbeat_ms, slots;
     const char *fake_gpu_file, *fake_idle_file;
+    long fake_release_ms;
     owner_policy owner;
 } worker_opts;
 
@@ -52,12 +54,19 @@ static void usage(FILE *f)
             "  --engine SPEC           openai=URL | ollama=URL | sim (repeatable; default: look for\n"
             "                          llama-server, vLLM or Ollama here, else the simulator)\n"
             "  --slots N               parallel slots of an engine that does not report them (default 4)\n"
-            "  --load NAME=FILE.gguf[,ctx=N][,parallel=N][,keep-alive=S]\n"
+            "  --load NAME=FILE.gguf[,ctx=N][,parallel=N][,keep-alive=D][,ctk=T][,ctv=T][,fa=on|off][,pin]\n"
             "                          a model whose engine starts on first use and stops when idle\n"
-            "                          (repeatable; sized by the planner, offered where it fits)\n"
+            "                          (repeatable; sized by the planner, then by what the engine\n"
+            "                          allocated; offered where it fits; keep-alive 300 s by default,\n"
+            "                          10m or -1 (never) also work; pin: never stopped to make room)\n"
             "  --engine-cmd \"CMD\"      how to start such an engine; {model} {name} {port} {ctx}\n"
-            "                          {ctx_total} {parallel} {self} are filled in (default: llama-server)\n"
+            "                          {ctx_total} {parallel} {cache_type_k} {cache_type_v} {flash_attn}\n"
+            "                          {self} are filled in (default: llama-server)\n"
             "  --load-timeout-ms N     longest wait for a started engine to answer (default 120000)\n"
+            "  --unload-wait-ms N      longest wait for VRAM to come back after stopping engines (default 15000)\n"
+            "  --data DIR              engine logs (DIR/logs) and measured memory (DIR/measured.json)\n"
+            "                          (default ./gpupool-worker, made when first needed)\n"
+            "  --margin X              kept on top of a model's need: 5%% (default) or a size like 512M\n"
             "  --sim-args \"ARGS\"       options for the simulator (see gpupool sim-engine --help)\n"
             "  --serve-hours \"[DAYS ]HH:MM-HH:MM\"  serve only then, local time (repeatable or comma\n"
             "                          separated; DAYS: mon, mon-fri, weekdays, weekends, daily;\n"
@@ -70,6 +79,7 @@ static void usage(FILE *f)
             "  --fake-gpu-file FILE    fake GPUs from FILE, read at every heartbeat: lines of\n"
             "                          NAME:TOTAL_GB:FREE_GB [proc=PID[:USED_GB]]..., or \"lost\"\n"
             "  --fake-idle-file FILE   seconds since the user's last input, instead of /dev/input\n"
+            "  --fake-gpu-release-ms N fake GPUs give a stopped engine's memory back N ms later\n"
             "  --heartbeat-ms N        heartbeat interval until the coordinator says otherwise (default 2000)\n"
             "  --port-file FILE        write the bound port here once listening\n"
             "  --config FILE           read options from FILE (key = value lines)\n");
@@ -84,6 +94,8 @@ static int parse(int argc, char **argv, worker_opts *o)
         {"port-file", 1, 0, 'p'}, {"load", 1, 0, 'L'}, {"engine-cmd", 1, 0, 'C'}, {"load-timeout-ms", 1, 0, 'T'},
         {"fake-gpu-file", 1, 0, 'f'}, {"serve-hours", 1, 0, 'o'}, {"max-vram", 1, 0, 'm'},
         {"pause-when-user-active", 1, 0, 'u'}, {"fake-idle-file", 1, 0, 'i'}, {"foreign-vram-tolerance", 1, 0, 'v'},
+        {"data", 1, 0, 'd'}, {"margin", 1, 0, 'M'}, {"unload-wait-ms", 1, 0, 'W'},
+        {"fake-gpu-release-ms", 1, 0, 'R'},
         {"help", 0, 0, 'H'}, {0, 0, 0, 0}};
     char err[256];
     int64_t size;
@@ -122,6 +134,14 @@ static int parse(int argc, char **argv, worker_opts *o)
             if (opts_parse_int(optarg, 100, 3600000, &o->load_timeout_ms)) { fprintf(stderr, "gpupool worker: --load-timeout-ms wants 100..3600000\n"); return -1; }
             break;
         case 'f': o->fake_gpu_file = optarg; break;
+        case 'd': o->data_dir = optarg; break;
+        case 'R':
+            if (opts_parse_int(optarg, 0, 600000, &o->fake_release_ms)) { fprintf(stderr, "gpupool worker: --fake-gpu-release-ms wants 0..600000\n"); return -1; }
+            break;
+        case 'M': o->margin = optarg; break;
+        case 'W':
+            if (opts_parse_int(optarg, 0, 600000, &o->unload_wait_ms)) { fprintf(stderr, "gpupool worker: --unload-wait-ms wants 0..600000\n"); return -1; }
+            break;
         case 'i': o->fake_idle_file = optarg; break;
         case 'o':
             if (owner_parse_hours(optarg, &o->owner, err, sizeof err)) { fprintf(stderr, "gpupool worker: %s\n", err); return -1; }
@@ -173,16 +193,42 @@ static void log_policy(const owner_policy *p)
              "GPUs%s", (unsigned long long)(p->tolerance_bytes >> 20), line);
 }
 
+/* --margin "5%", "5" or "512M", as the planner takes it. */
+static int parse_margin(const char *v, managed_defaults *d)
+{
+    plan_settings s;
+    plan_settings_init(&s);
+    json_t *j = json_pack("{s:s}", "margin", v);
+    int rc = plan_settings_from_json(j, &s, NULL, 0);
+    json_decref(j);
+    d->margin_pct = s.margin_pct;
+    d->margin_bytes = s.margin_bytes;
+    d->overhead_bytes = s.overhead;
+    return rc;
+}
+
 static int setup_engines(worker *w, worker_opts *o)
 {
-    char err[256];
+    char err[512];
+    snprintf(w->managed.data_dir, sizeof w->managed.data_dir, "%s", o->data_dir ? o->data_dir : "./gpupool-worker");
+    if (parse_margin(o->margin ? o->margin : "5%", &w->managed)) {
+        fprintf(stderr, "gpupool worker: --margin wants a percentage like 5%% or a size like 512M\n");
+        return -1;
+    }
     for (int i = 0; i < o->nloads && w->nengines < WORKER_MAX_ENGINES; i++) {
         engine e;
-        if (managed_parse(o->loads[i], &e, err, sizeof err)) { fprintf(stderr, "gpupool worker: %s\n", err); return -1; }
-        log_info("%s can be loaded here: needs %llu MiB at %d context x %d slot(s)", e.managed->name,
-                 (unsigned long long)(e.managed->need_bytes >> 20), e.managed->ctx, e.managed->parallel);
+        if (managed_parse(o->loads[i], &w->managed, &e, err, sizeof err)) { fprintf(stderr, "gpupool worker: %s\n", err); return -1; }
+        const managed_spec *m = e.managed;
+        if (m->measured)
+            log_info("%s can be loaded here: needs %llu MiB at %d context x %d slot(s), as measured before "
+                     "(the planner says %llu MiB)%s", m->name, (unsigned long long)(m->need_bytes >> 20), m->ctx,
+                     m->parallel, (unsigned long long)(m->estimate_bytes >> 20), m->pinned ? "; pinned" : "");
+        else
+            log_info("%s can be loaded here: needs %llu MiB at %d context x %d slot(s)%s", m->name,
+                     (unsigned long long)(m->need_bytes >> 20), m->ctx, m->parallel, m->pinned ? "; pinned" : "");
         w->engines[w->nengines++] = e;
     }
+    w->unload_wait_ms = o->unload_wait_ms >= 0 ? o->unload_wait_ms : 15000;
     snprintf(w->engine_cmd, sizeof w->engine_cmd, "%s", o->engine_cmd ? o->engine_cmd : MANAGED_DEFAULT_CMD);
     w->load_timeout_ms = o->load_timeout_ms ? o->load_timeout_ms : 120000;
     if (o->nengines == 0 && o->nloads == 0) {
@@ -260,13 +306,14 @@ int cmd_worker(int argc0, char **argv0)
     int argc;
     char **argv = opts_expand_config(argc0, argv0, &argc, err, sizeof err);
     if (!argv) { fprintf(stderr, "gpupool worker: %s\n", err); return 2; }
-    worker_opts o = {.coordinator = "http://127.0.0.1:8420", .listen = "127.0.0.1:8421", .heartbeat_ms = 2000,
+    worker_opts o = {.coordinator = "http://127.0.0.1:8420", .listen = "127.0.0.1:8421", .heartbeat_ms = 2000, .unload_wait_ms = -1,
                      .owner = {.tolerance_bytes = OWNER_DEFAULT_TOLERANCE}};
     static worker w;
     memset(&w, 0, sizeof w);
     pthread_mutex_init(&w.mu, NULL);
     cond_init_monotonic(&w.cv); /* the agent waits with monotonic deadlines */
     pthread_cond_init(&w.load_cv, NULL);
+    pthread_mutex_init(&w.probe_mu, NULL);
     int rc = 2, agent = 0;
     http_server *srv = NULL;
     if (parse(argc, argv, &o)) goto done;
@@ -279,6 +326,7 @@ int cmd_worker(int argc0, char **argv0)
     w.probe = o.fake_gpu_file ? gpu_probe_open_file(o.fake_gpu_file, err, sizeof err)
                               : gpu_probe_open(o.nfakes ? o.fakes : NULL, err, sizeof err);
     if (!w.probe) { fprintf(stderr, "gpupool worker: %s\n", err); goto done; }
+    gpu_probe_set_release_ms(w.probe, o.fake_release_ms);
     log_info("GPUs from %s", gpu_source_name(gpu_probe_source(w.probe)));
     w.owner = o.owner;
     if (o.owner.pause_active_s) {

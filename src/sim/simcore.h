@@ -36,6 +36,8 @@ typedef struct sim_config {
     int max_tokens_default;
     double error_rate, hang_rate, drop_rate;
     int single_model; /* answer any model name with the first model, as llama-server does */
+    int loading;      /* start "loading a model": every endpoint answers 503 until
+                       * sim_server_loaded(), as llama-server does while it loads */
 } sim_config;
 
 /* The documented defaults, with no models yet: sim_config_finish adds the

@@ -24,6 +24,7 @@ struct sim_server {
     atomic_uint_fast64_t seq; /* inference requests so far: the fault draw index */
     atomic_int stopping;      /* written under both mutexes, so no wake-up is lost */
     atomic_int streams;       /* stream states alive; all must end before the server is freed */
+    atomic_int loading;       /* "loading the model": everything answers 503 */
 
     pthread_mutex_t mu;       /* slots and usage */
     pthread_cond_t slot_cv;
@@ -452,11 +453,23 @@ static const struct route {
     {"/metrics", "GET", handle_metrics},
 };
 
+/* llama-server's answer to every request while it loads the model. */
+static void respond_loading(http_req *r)
+{
+    http_set_header(r, "X-Gpupool-Simulated", "true");
+    respond_owned(r, 503, json_pack("{s:{s:i, s:s, s:s}}", "error", "code", 503, "message", "Loading model", "type",
+                                    "unavailable_error"));
+}
+
 /* On the event loop: the endpoints that never wait, and, for an unpaced
  * engine without faults, whole answers when a slot is free right now. */
 static http_fast_rc handle_fast(http_req *r, void *app)
 {
     sim_server *s = app;
+    if (atomic_load(&s->loading)) {
+        respond_loading(r);
+        return HTTP_HANDLED;
+    }
     const char *path = http_req_path(r), *method = http_req_method(r);
     int infer = !strcmp(method, "POST") && (!strcmp(path, "/v1/chat/completions") ||
                                             !strcmp(path, "/v1/completions") || !strcmp(path, "/v1/embeddings"));
@@ -493,6 +506,10 @@ static http_fast_rc handle_fast(http_req *r, void *app)
 static void handle(http_req *r, void *app)
 {
     sim_server *s = app;
+    if (atomic_load(&s->loading)) {
+        respond_loading(r);
+        return;
+    }
     const char *path = http_req_path(r), *method = http_req_method(r);
     http_set_header(r, "X-Gpupool-Simulated", "true");
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
@@ -532,6 +549,7 @@ sim_server *sim_server_start(const sim_config *c, const char *listen, char *err,
     atomic_init(&s->seq, 0);
     atomic_init(&s->stopping, 0);
     atomic_init(&s->streams, 0);
+    atomic_init(&s->loading, c->loading);
     if (sim_slots_init(&s->slots, c->slots)) {
         snprintf(err, errlen, "out of memory");
         free(s);
@@ -551,6 +569,8 @@ sim_server *sim_server_start(const sim_config *c, const char *listen, char *err,
 }
 
 int sim_server_port(const sim_server *s) { return http_server_port(s->http); }
+
+void sim_server_loaded(sim_server *s) { atomic_store(&s->loading, 0); }
 
 void sim_server_stop(sim_server *s)
 {

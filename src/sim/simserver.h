@@ -14,6 +14,8 @@ typedef struct sim_server sim_server;
  * failure. */
 sim_server *sim_server_start(const sim_config *c, const char *listen, char *err, size_t errlen);
 int sim_server_port(const sim_server *s);
+/* Ends the loading state that c->loading started: from now on it answers. */
+void sim_server_loaded(sim_server *s);
 /* Wakes every waiting, pacing and hanging request so that they end, then
  * stops the HTTP server and frees everything. */
 void sim_server_stop(sim_server *s);

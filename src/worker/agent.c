@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include "http/client.h"
-#include "worker/managed.h"
 #include "worker/procs.h"
 #include "util/clock.h"
 #include "util/ids.h"
@@ -99,8 +98,10 @@ static void judge(worker *w, gpu_info *gpus, int ngpus, const char *probe_err)
         const managed_spec *m = w->engines[i].managed;
         if (!m) continue;
         in.starting |= m->loading;
-        if (w->engines[i].child && w->engines[i].healthy) in.expected_bytes += m->need_bytes;
+        in.expected_bytes += m->charged_bytes;
     }
+    /* Nor right after a stop, while the driver gives the memory back. */
+    in.starting |= now < w->settle_until_ms;
     int seen = w->gpus_seen;
     pthread_mutex_unlock(&w->mu);
     char idle_why[200] = "";
@@ -147,9 +148,11 @@ int worker_refuses_work(worker *w, char *why, size_t whylen)
 void worker_refresh(worker *w)
 {
     gpu_info gpus[GPU_MAX];
-    int ngpus = w->probe ? gpu_probe_read(w->probe, gpus, GPU_MAX) : 0;
     char probe_err[256];
+    pthread_mutex_lock(&w->probe_mu);
+    int ngpus = w->probe ? gpu_probe_read(w->probe, gpus, GPU_MAX) : 0;
     snprintf(probe_err, sizeof probe_err, "%s", w->probe ? gpu_probe_error(w->probe) : "");
+    pthread_mutex_unlock(&w->probe_mu);
     engine fresh[WORKER_MAX_ENGINES];
     pthread_mutex_lock(&w->mu);
     int n = w->nengines;
@@ -182,80 +185,6 @@ void worker_refresh(worker *w)
     judge(w, gpus, ngpus, probe_err);
 }
 
-/* Stops managed engines idle past their keep-alive, or idle at all while the
- * node drains, so the owner gets the VRAM back.  The processes are ended
- * outside the lock, so requests are not held up meanwhile. */
-static void unload_idle(worker *w, int64_t now)
-{
-    engine stopping[WORKER_MAX_ENGINES];
-    int n = 0;
-    pthread_mutex_lock(&w->mu);
-    for (int i = 0; i < w->nengines; i++) {
-        engine *e = &w->engines[i];
-        managed_spec *m = e->managed;
-        if (!m || !e->child || m->loading || e->inflight > 0) continue;
-        if (w->draining) log_info("stopping the engine for %s: the node is draining", m->name);
-        else if (now - m->last_used_ms >= m->keep_alive_ms)
-            log_info("stopping the engine for %s: idle for %lld ms", m->name, (long long)(now - m->last_used_ms));
-        else continue;
-        stopping[n++] = *e;
-        e->child = 0;
-        e->healthy = 0;
-        e->nmodels = 0;
-        e->url[0] = 0;
-        snprintf(e->error, sizeof e->error, "stopped");
-    }
-    pthread_mutex_unlock(&w->mu);
-    for (int i = 0; i < n; i++) engine_stop(&stopping[i]);
-}
-
-int worker_ensure_loaded(worker *w, const char *model, char *why, size_t whylen)
-{
-    pthread_mutex_lock(&w->mu);
-    int idx = -1;
-    for (int i = 0; i < w->nengines; i++) {
-        if (w->engines[i].healthy && engine_has_model(&w->engines[i], model)) { pthread_mutex_unlock(&w->mu); return 1; }
-        if (w->engines[i].managed && !strcmp(w->engines[i].managed->name, model)) idx = i;
-    }
-    if (idx < 0) { pthread_mutex_unlock(&w->mu); return 0; }
-    engine *e = &w->engines[idx];
-    while (e->managed->loading) pthread_cond_wait(&w->load_cv, &w->mu);
-    if (e->healthy) { pthread_mutex_unlock(&w->mu); return 1; }
-    uint64_t free_bytes = 0;
-    for (int g = 0; g < w->ngpus; g++) free_bytes += w->gpus[g].free_bytes;
-    if (w->ngpus > 0 && e->managed->need_bytes > free_bytes) {
-        snprintf(why, whylen, "%s needs %llu MiB of VRAM, %llu MiB are free", model,
-                 (unsigned long long)(e->managed->need_bytes >> 20), (unsigned long long)(free_bytes >> 20));
-        pthread_mutex_unlock(&w->mu);
-        return -1;
-    }
-    e->managed->loading = 1;
-    engine dead = *e; /* an engine that crashed: reap it before starting anew */
-    e->child = 0;
-    engine copy = *e;
-    pthread_mutex_unlock(&w->mu);
-    engine_stop(&dead);
-    int rc = managed_start(&copy, w->engine_cmd, w->load_timeout_ms, why, whylen);
-    pthread_mutex_lock(&w->mu);
-    e->managed->loading = 0;
-    if (rc == 0) {
-        e->child = copy.child;
-        snprintf(e->url, sizeof e->url, "%s", copy.url);
-        e->healthy = 1;
-        e->nmodels = 1;
-        snprintf(e->models[0], sizeof e->models[0], "%s", model);
-        e->error[0] = 0;
-        e->managed->last_used_ms = mono_ms();
-        log_info("engine for %s is up at %s", model, e->url);
-    } else {
-        snprintf(e->error, sizeof e->error, "%.190s", why);
-        log_warn("could not start the engine for %s: %s", model, why);
-    }
-    pthread_cond_broadcast(&w->load_cv);
-    pthread_mutex_unlock(&w->mu);
-    return rc == 0 ? 1 : -1;
-}
-
 int worker_token_ok(worker *w, const char *bearer)
 {
     if (!bearer) return 0;
@@ -275,15 +204,14 @@ static json_t *report(worker *w)
         const engine *e = &w->engines[i];
         json_array_append_new(engines, engine_json(e));
         /* A model whose engine is stopped can still be served: it is offered
-         * with what it needs, and counts towards the node being ready. */
+         * as loadable, and counts towards the node being ready. */
         healthy += e->healthy || e->managed;
-        if (e->managed && !e->healthy)
-            json_array_append_new(loadable, json_pack("{s:s, s:I}", "model", e->managed->name, "need_bytes",
-                                                      (json_int_t)e->managed->need_bytes));
     }
-    json_t *j = json_pack("{s:s, s:s, s:s, s:o, s:o, s:o, s:i, s:b}", "name", w->name, "address", w->address,
+    uint64_t evictable = worker_managed_report_locked(w, engines, loadable, mono_ms());
+    json_t *j = json_pack("{s:s, s:s, s:s, s:o, s:o, s:o, s:i, s:b, s:I}", "name", w->name, "address", w->address,
                           "fingerprint", w->fingerprint, "gpus", gpus, "engines", engines, "loadable", loadable,
-                          "inflight", w->inflight, "ready", healthy > 0 && !w->gpu_lost);
+                          "inflight", w->inflight, "ready", healthy > 0 && !w->gpu_lost, "evictable_bytes",
+                          (json_int_t)evictable);
     /* A failed self-check is the stronger word: the node must not look as
      * if it merely drained. */
     if (w->gpu_lost) json_object_set_new(j, "not_ready_reason", json_string(w->gpu_lost_reason));
@@ -380,12 +308,35 @@ static void do_heartbeat(worker *w)
     json_decref(ans);
 }
 
+/* Until the next beat is due, stopping engines whose keep-alive runs out
+ * meanwhile (a request with keep_alive 0 wakes this at once).  Returns
+ * early, for a beat, when it stopped one, so the pool learns soon. */
+static void wait_for_beat(worker *w, int64_t beat_at)
+{
+    for (;;) {
+        int64_t now = mono_ms();
+        if (now >= beat_at) return;
+        int64_t wake = beat_at, next = worker_next_unload_ms(w, now);
+        if (next == 0) {
+            if (worker_unload_idle(w, now) > 0) return;
+            next = 50; /* it was busy again: look once more shortly */
+        }
+        if (next > 0 && now + next < wake) wake = now + next;
+        pthread_mutex_lock(&w->mu);
+        struct timespec ts = mono_at(wake);
+        if (!w->stopping) pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+        int stopping = w->stopping;
+        pthread_mutex_unlock(&w->mu);
+        if (stopping) return;
+    }
+}
+
 static void *agent_thread(void *arg)
 {
     worker *w = arg;
     for (;;) {
         worker_refresh(w);
-        unload_idle(w, mono_ms());
+        worker_unload_idle(w, mono_ms());
         pthread_mutex_lock(&w->mu);
         int registered = w->registered, stopping = w->stopping;
         pthread_mutex_unlock(&w->mu);
@@ -399,8 +350,10 @@ static void *agent_thread(void *arg)
         /* Right after registering too: the first beat makes the node ready. */
         if (registered) do_heartbeat(w);
         pthread_mutex_lock(&w->mu);
-        struct timespec ts = mono_deadline(w->heartbeat_ms);
-        while (!w->stopping && pthread_cond_timedwait(&w->cv, &w->mu, &ts) == 0) {}
+        int64_t beat_at = mono_ms() + w->heartbeat_ms;
+        pthread_mutex_unlock(&w->mu);
+        wait_for_beat(w, beat_at);
+        pthread_mutex_lock(&w->mu);
         stopping = w->stopping;
         pthread_mutex_unlock(&w->mu);
         if (stopping) break;

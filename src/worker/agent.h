@@ -6,7 +6,10 @@
  * Before each beat it checks itself: a GPU that no longer answers makes the
  * node not ready, and the owner's rules (worker/owner) make it drain; either
  * is reported with its reason and logged once when it starts and ends.
- * The front door (worker/frontdoor.c) reads the same state under its lock. */
+ * Between beats it stops started engines whose keep-alive ran out.  The
+ * front door (worker/frontdoor.c) reads the same state under its lock.
+ * Starting, evicting and stopping started engines is in worker/loader.c,
+ * part of this module. */
 #ifndef GPUPOOL_AGENT_H
 #define GPUPOOL_AGENT_H
 
@@ -16,6 +19,7 @@
 #include "worker/engine.h"
 #include "worker/gpu.h"
 #include "worker/idle.h"
+#include "worker/managed.h"
 #include "worker/owner.h"
 
 #define WORKER_MAX_ENGINES 8
@@ -33,7 +37,10 @@ typedef struct worker {
     gpu_probe *probe;
     char engine_cmd[1024];      /* template for managed engines */
     int64_t load_timeout_ms;
+    int64_t unload_wait_ms;     /* longest wait for VRAM to come back after stopping engines */
+    managed_defaults managed;   /* --data, --margin */
     pthread_cond_t load_cv;     /* a managed engine finished starting */
+    pthread_mutex_t probe_mu;   /* the GPU probe and its charges: the agent and starts use it */
     owner_policy owner;         /* settle_ms is set from the heartbeat interval */
     idle_source *idle;          /* NULL: the user's activity is not asked about */
     /* the agent thread's alone */
@@ -56,6 +63,8 @@ typedef struct worker {
     int registered;
     uint64_t seq;
     int inflight;
+    int starting;               /* a managed start (with its evictions) is under way: one at a time */
+    int64_t settle_until_ms;    /* an engine stopped: its VRAM may still be on its way back */
     int stopping;
     pthread_t thread;
 } worker;
@@ -69,6 +78,18 @@ void worker_refresh(worker *w);
  * 1 when an engine is up, 0 when no engine of this node can serve it, -1
  * when starting failed (why says so).  Blocking. */
 int worker_ensure_loaded(worker *w, const char *model, char *why, size_t whylen);
+/* Stops started engines idle past their keep-alive (every idle one while
+ * the node drains); returns how many.  Blocking while they stop. */
+int worker_unload_idle(worker *w, int64_t now);
+/* Milliseconds until a started engine's keep-alive runs out, -1 if none. */
+int64_t worker_next_unload_ms(worker *w, int64_t now);
+/* Caller holds mu: a request on engine idx ended at now, with the
+ * keep_alive it asked for (has_ka 0: the model's default applies). */
+void worker_engine_used_locked(worker *w, int idx, int has_ka, int64_t ka_ms, int64_t now);
+/* Caller holds mu.  The heartbeat's view of the started models: their
+ * fields merged into each engine's JSON, the loadable list, and the VRAM
+ * idle engines would give back. */
+uint64_t worker_managed_report_locked(worker *w, json_t *engines, json_t *loadable, int64_t now);
 /* Whether the bearer is this node's current or previous token. */
 int worker_token_ok(worker *w, const char *bearer);
 /* Why this node takes no new work now (its self-check failed, or it

@@ -241,14 +241,12 @@ json_t *engine_json(const engine *e)
 {
     json_t *models = json_array();
     for (int i = 0; i < e->nmodels; i++) json_array_append_new(models, json_string(e->models[i]));
-    if (e->managed) {
-        const char *state = e->managed->loading ? "starting" : e->child ? "running" : "stopped";
-        return json_pack("{s:s, s:s, s:b, s:o, s:i, s:i, s:i, s:b, s:s, s:s, s:I, s:i, s:i}", "kind", "managed",
-                         "url", e->url, "healthy", e->healthy, "models", models, "slots", e->slots,
-                         "slots_busy", e->slots_busy, "inflight", e->inflight, "simulated", 0, "state", state,
-                         "model", e->managed->name, "need_bytes", (json_int_t)e->managed->need_bytes, "ctx",
-                         e->managed->ctx, "parallel", e->managed->parallel);
-    }
+    /* A started model's own fields (state, needs, measurements) come from
+     * worker/managed, which knows the time. */
+    if (e->managed)
+        return json_pack("{s:s, s:s, s:b, s:o, s:i, s:i, s:i, s:b}", "kind", "managed", "url", e->url, "healthy",
+                         e->healthy, "models", models, "slots", e->slots, "slots_busy", e->slots_busy, "inflight",
+                         e->inflight, "simulated", 0);
     return json_pack("{s:s, s:s, s:b, s:o, s:i, s:i, s:i, s:i, s:b, s:s?}", "kind", engine_kind_name(e->kind), "url",
                      e->url, "healthy", e->healthy, "models", models, "slots", e->slots, "slots_busy",
                      e->slots_busy, "queued", e->queued, "inflight", e->inflight, "simulated", e->kind == ENGINE_SIM,

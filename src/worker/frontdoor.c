@@ -11,10 +11,13 @@
 #include "util/log.h"
 #include "worker/agent.h"
 #include "worker/managed.h"
+#include "worker/residency.h"
 
 typedef struct job {
     worker *w;
     int engine;
+    int has_ka;        /* the request named a keep_alive */
+    int64_t ka_ms;
 } job;
 
 static void job_finished(job *j, const relay_outcome *o)
@@ -23,7 +26,7 @@ static void job_finished(job *j, const relay_outcome *o)
     pthread_mutex_lock(&w->mu);
     w->inflight--;
     w->engines[j->engine].inflight--;
-    if (w->engines[j->engine].managed) w->engines[j->engine].managed->last_used_ms = mono_ms();
+    worker_engine_used_locked(w, j->engine, j->has_ka, j->ka_ms, mono_ms());
     pthread_mutex_unlock(&w->mu);
     if (o->upstream_failed) log_warn("engine call ended early: %s", o->error);
 }
@@ -36,7 +39,7 @@ static void job_done(void *ctx, const relay_outcome *o)
 
 static void not_ready(http_req *req, const char *fmt, const char *arg)
 {
-    char msg[300];
+    char msg[1100];
     snprintf(msg, sizeof msg, fmt, arg);
     api_error(req, 503, "server_error", "not_ready", NULL, "%s", msg);
 }
@@ -50,12 +53,13 @@ static void engine_failed(worker *w, int idx, const char *url, const char *why)
     log_warn("engine at %s did not answer: %s", url, why);
 }
 
-static void forward_buffered(worker *w, http_req *req, const http_call_opts *o, int idx)
+static void forward_buffered(worker *w, http_req *req, const http_call_opts *o, const job *jb)
 {
+    int idx = jb->engine;
     http_result res;
     relay_call_buffered(o, req, &res);
     relay_outcome none = {0};
-    job j = {w, idx};
+    job j = *jb;
     job_finished(&j, &none);
     if (res.status) relay_respond_result(req, &res);
     else if (!http_req_client_gone(req)) {
@@ -65,11 +69,11 @@ static void forward_buffered(worker *w, http_req *req, const http_call_opts *o, 
     http_result_free(&res);
 }
 
-static void forward_stream(worker *w, http_req *req, const http_call_opts *o, int idx)
+static void forward_stream(worker *w, http_req *req, const http_call_opts *o, const job *jb)
 {
+    int idx = jb->engine;
     job *j = malloc(sizeof *j);
-    j->w = w;
-    j->engine = idx;
+    *j = *jb;
     relay *r = relay_start(o, job_done, j);
     if (!r) {
         relay_outcome none = {0};
@@ -118,14 +122,15 @@ static int has_managed(worker *w, const char *model)
 
 #define NEEDS_LOAD (-2)
 
-/* Reads the model and whether to stream, checks this node can serve it, and
- * takes an engine slot.  Returns the engine's index; -1 after answering;
- * NEEDS_LOAD (only when may_load is 0) when a managed engine must start. */
-static int take_engine(worker *w, http_req *req, char *url, size_t urllen, int *stream, int may_load)
+/* Reads the model, whether to stream and the keep_alive, checks this node
+ * can serve it, and takes an engine slot (j->engine).  Returns the engine's
+ * index; -1 after answering; NEEDS_LOAD (only when may_load is 0) when a
+ * managed engine must start. */
+static int take_engine(worker *w, http_req *req, char *url, size_t urllen, int *stream, int may_load, job *j)
 {
     /* A draining node still finishes what it runs; new work is refused as
      * not_ready so the coordinator gives it to another node at once. */
-    char why[300];
+    char why[1024];
     if (worker_refuses_work(w, why, sizeof why)) {
         not_ready(req, "%s", why);
         return -1;
@@ -138,6 +143,14 @@ static int take_engine(worker *w, http_req *req, char *url, size_t urllen, int *
     if (!model) {
         json_decref(body);
         api_bad_request(req, "missing_field", "model", "'model' is required");
+        return -1;
+    }
+    char kerr[160];
+    *j = (job){.w = w};
+    j->has_ka = res_keep_alive(json_object_get(body, "keep_alive"), &j->ka_ms, kerr, sizeof kerr);
+    if (j->has_ka < 0) {
+        json_decref(body);
+        api_bad_request(req, "invalid_value", "keep_alive", "%s", kerr);
         return -1;
     }
     int pick, up;
@@ -165,6 +178,7 @@ static int take_engine(worker *w, http_req *req, char *url, size_t urllen, int *
         else not_ready(req, "model '%s' is not loaded on this node", model);
     }
     json_decref(body);
+    j->engine = pick;
     return pick;
 }
 
@@ -172,13 +186,13 @@ static void forward(worker *w, http_req *req)
 {
     char url[512];
     int stream;
-    int pick = take_engine(w, req, url, sizeof url, &stream, 1);
-    if (pick < 0) return;
+    job j;
+    if (take_engine(w, req, url, sizeof url, &stream, 1, &j) < 0) return;
     size_t len;
     const char *raw = http_req_body(req, &len);
     http_call_opts o = {.method = "POST", .url = url, .body = raw, .body_len = len};
-    if (stream) forward_stream(w, req, &o, pick);
-    else forward_buffered(w, req, &o, pick);
+    if (stream) forward_stream(w, req, &o, &j);
+    else forward_buffered(w, req, &o, &j);
 }
 
 typedef struct fast_job {
@@ -225,18 +239,21 @@ http_fast_rc frontdoor_fast(http_req *req, void *app)
     fast_job *f = calloc(1, sizeof *f);
     if (!f) return HTTP_PASS;
     int stream;
-    int pick = take_engine(w, req, f->url, sizeof f->url, &stream, 0);
+    int pick = take_engine(w, req, f->url, sizeof f->url, &stream, 0, &f->j);
     if (pick == NEEDS_LOAD) { free(f); return HTTP_PASS; } /* starting an engine blocks */
     if (pick < 0) { free(f); return HTTP_HANDLED; }
-    f->j = (job){w, pick};
     f->req = req;
     size_t len;
     const char *raw = http_req_body(req, &len);
     http_call_opts o = {.method = "POST", .url = f->url, .body = raw, .body_len = len};
     if (stream || relay_call_async(&o, req, fast_done, f)) {
-        /* Streams are relayed from a pool thread; give the slot back first. */
-        relay_outcome none = {0};
-        job_finished(&f->j, &none);
+        /* Streams are relayed from a pool thread; give the slot back first.
+         * No request ended: its keep_alive (0 would stop the engine now)
+         * applies when the pool thread's call does. */
+        pthread_mutex_lock(&w->mu);
+        w->inflight--;
+        w->engines[pick].inflight--;
+        pthread_mutex_unlock(&w->mu);
         free(f);
         return HTTP_PASS;
     }

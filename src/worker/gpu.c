@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "util/buf.h"
+#include "util/clock.h"
 #include "util/log.h"
 
 #define MIB 1048576ULL
@@ -64,6 +65,10 @@ struct gpu_probe {
     int nvml_failed;        /* the last read failed: initialise NVML again first */
     char smi_path[4096];
     char error[256];
+    gpu_charge charges[GPU_MAX_PROCS]; /* fake GPUs: the worker's engines */
+    int64_t gone_at[GPU_MAX_PROCS];     /* monotonic ms the charge ends; 0 while it runs */
+    int ncharges;
+    int64_t release_ms;
 };
 
 static void set_err(char *err, size_t errlen, const char *fmt, ...)
@@ -547,9 +552,26 @@ int gpu_probe_read(gpu_probe *p, gpu_info *out, int max)
     p->error[0] = 0;
     switch (p->src) {
     case GPU_SRC_FAKE: {
-        if (p->fake_file[0]) return gpu_read_fake_file(p->fake_file, out, max, p->error, sizeof p->error);
-        int n = p->nfake < max ? p->nfake : max;
-        memcpy(out, p->fakes, (size_t)n * sizeof *out);
+        int n;
+        if (p->fake_file[0]) {
+            n = gpu_read_fake_file(p->fake_file, out, max, p->error, sizeof p->error);
+        } else {
+            n = p->nfake < max ? p->nfake : max;
+            memcpy(out, p->fakes, (size_t)n * sizeof *out);
+        }
+        /* Stopped engines' memory comes back once its release time passed. */
+        int64_t now = mono_ms();
+        for (int i = 0; i < p->ncharges;)
+            if (p->gone_at[i] && now >= p->gone_at[i]) {
+                p->ncharges--;
+                p->charges[i] = p->charges[p->ncharges];
+                p->gone_at[i] = p->gone_at[p->ncharges];
+            } else {
+                i++;
+            }
+        gpu_charge held[GPU_MAX_PROCS];
+        for (int i = 0; i < p->ncharges; i++) held[i] = (gpu_charge){p->gone_at[i] ? 0 : p->charges[i].pid, p->charges[i].bytes};
+        if (n > 0) gpu_fake_apply_charges(out, n, held, p->ncharges);
         return n;
     }
     case GPU_SRC_NVML: return nvml_read_again(p, out, max);
@@ -557,6 +579,41 @@ int gpu_probe_read(gpu_probe *p, gpu_info *out, int max)
     case GPU_SRC_NONE: break;
     }
     return 0;
+}
+
+static int charge_of(const gpu_probe *p, int pid)
+{
+    for (int i = 0; i < p->ncharges; i++)
+        if (p->charges[i].pid == pid && !p->gone_at[i]) return i;
+    return -1;
+}
+
+void gpu_probe_charge(gpu_probe *p, int pid, uint64_t bytes)
+{
+    if (!p || p->src != GPU_SRC_FAKE || pid <= 0) return;
+    int i = charge_of(p, pid);
+    if (i < 0 && p->ncharges < GPU_MAX_PROCS) i = p->ncharges++;
+    if (i < 0) return;
+    p->charges[i] = (gpu_charge){pid, bytes};
+    p->gone_at[i] = 0;
+}
+
+void gpu_probe_uncharge(gpu_probe *p, int pid)
+{
+    if (!p) return;
+    int i = charge_of(p, pid);
+    if (i < 0) return;
+    if (p->release_ms > 0) {
+        p->gone_at[i] = mono_ms() + p->release_ms;
+        return;
+    }
+    p->charges[i] = p->charges[--p->ncharges];
+    p->gone_at[i] = p->gone_at[p->ncharges];
+}
+
+void gpu_probe_set_release_ms(gpu_probe *p, int64_t ms)
+{
+    if (p) p->release_ms = ms;
 }
 
 const char *gpu_probe_error(const gpu_probe *p)

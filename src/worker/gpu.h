@@ -6,7 +6,10 @@
  * `--query-compute-apps=...`, else none.  Fake GPUs replace discovery, for
  * tests and demos: fixed ones from the command line (--fake-gpu
  * NAME:TOTAL_GB:FREE_GB), or a file read again at every probe so a test can
- * change them while the worker runs (--fake-gpu-file). */
+ * change them while the worker runs (--fake-gpu-file).  Fake GPUs also
+ * account for the engines the worker starts (gpu_probe_charge): while one
+ * runs, their free memory is lower by its share and it is listed as a
+ * compute process there, as a real GPU would show it. */
 #ifndef GPUPOOL_GPU_H
 #define GPUPOOL_GPU_H
 
@@ -38,6 +41,13 @@ typedef struct gpu_info {
     gpu_proc procs[GPU_MAX_PROCS];
 } gpu_info;
 
+/* VRAM held by one engine process the worker started; pid 0: memory of an
+ * engine that has stopped, not yet given back (no process holds it). */
+typedef struct gpu_charge {
+    int pid;
+    uint64_t bytes;
+} gpu_charge;
+
 typedef enum gpu_source { GPU_SRC_NONE, GPU_SRC_FAKE, GPU_SRC_NVML, GPU_SRC_SMI } gpu_source;
 
 typedef struct gpu_probe gpu_probe;
@@ -57,6 +67,14 @@ const char *gpu_source_name(gpu_source s);
 int gpu_probe_read(gpu_probe *p, gpu_info *out, int max);
 /* Why the last read failed, in one line ("" after a good one). */
 const char *gpu_probe_error(const gpu_probe *p);
+/* An engine the worker started holds `bytes` of VRAM (replacing what pid
+ * held before) / has stopped.  Only fake GPUs take notice; real ones show
+ * the memory themselves.  Not thread-safe: serialise with reads. */
+void gpu_probe_charge(gpu_probe *p, int pid, uint64_t bytes);
+void gpu_probe_uncharge(gpu_probe *p, int pid);
+/* Fake GPUs give a stopped engine's memory back only `ms` after the stop,
+ * as a driver tearing down a context does (tests of the wait for it). */
+void gpu_probe_set_release_ms(gpu_probe *p, int64_t ms);
 
 /* Pure parsers, exposed for tests. */
 int gpu_parse_fake(const char *spec, gpu_info *out, char *err, size_t errlen);
@@ -74,6 +92,11 @@ int gpu_parse_fake_line(const char *line, int index, gpu_info *out, char *err, s
 /* Reads a whole fake GPU file: the count, or -1 (err set) when it is
  * unreadable, malformed or says "lost". */
 int gpu_read_fake_file(const char *path, gpu_info *out, int max, char *err, size_t errlen);
+
+/* Takes charges off fake GPUs' free memory, the first GPU first (as layers
+ * fill them), and lists each (but pid 0) as a compute process holding its
+ * part on every GPU it reaches.  Pure; for the probe and its tests. */
+void gpu_fake_apply_charges(gpu_info *g, int n, const gpu_charge *c, int nc);
 
 json_t *gpu_info_json(const gpu_info *g);
 

@@ -227,3 +227,18 @@ int gpu_read_fake_file(const char *path, gpu_info *out, int max, char *err, size
     return rc ? -1 : n;
 }
 
+
+void gpu_fake_apply_charges(gpu_info *g, int n, const gpu_charge *c, int nc)
+{
+    for (int k = 0; k < nc; k++) {
+        uint64_t left = c[k].bytes;
+        for (int i = 0; i < n && left; i++) {
+            /* More than every GPU holds leaves them all at zero free. */
+            uint64_t take = left < g[i].free_bytes ? left : g[i].free_bytes;
+            if (!take) continue;
+            g[i].free_bytes -= take;
+            left -= take;
+            if (c[k].pid > 0 && g[i].nprocs >= 0 && g[i].nprocs < GPU_MAX_PROCS) g[i].procs[g[i].nprocs++] = (gpu_proc){c[k].pid, take};
+        }
+    }
+}

@@ -42,15 +42,15 @@ static int teardown(void **state)
 
 #define CHAT "{\"model\":\"llama-local\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":3}"
 
-static void worker_args(fixture *f, char *out, size_t len, const char *gpu)
+static void worker_args(fixture *f, char *out, size_t len, const char *gpu, const char *name)
 {
     snprintf(out, len,
-             "--fake-gpu %s --load llama-local=%s,ctx=2048,parallel=1,keep-alive=1 "
+             "--fake-gpu %s --data %s/%s --load llama-local=%s,ctx=2048,parallel=1,keep-alive=1 "
              /* Like llama-server, the engine lists its own id (not the name the
               * worker gave the model) and answers whatever model is asked. */
              "--engine-cmd {self}%%20sim-engine%%20--model%%20engine-side-id%%20--single-model%%20"
              "--listen%%20127.0.0.1:{port}%%20--ttft-ms%%200%%20--tps%%200",
-             gpu, f->gguf);
+             gpu, f->p.dir, name, f->gguf);
 }
 
 
@@ -92,9 +92,9 @@ static void starts_where_it_fits_and_stops_when_idle(void **state)
     fixture *f = *state;
     h_pool *p = &f->p;
     char args[1200];
-    worker_args(f, args, sizeof args, "RTX%204090:24:22");
+    worker_args(f, args, sizeof args, "RTX%204090:24:22", "big");
     h_start_worker(p, "big", NULL, args);
-    worker_args(f, args, sizeof args, "RTX%203060:12:10");
+    worker_args(f, args, sizeof args, "RTX%203060:12:10", "small");
     h_start_worker(p, "small", NULL, args);
 
     /* The model is offered, with the planner's need, by both nodes. */
@@ -130,7 +130,7 @@ static void fits_nowhere(void **state)
     fixture *f = *state;
     h_pool *p = &f->p;
     char args[1200];
-    worker_args(f, args, sizeof args, "RTX%203060:12:10");
+    worker_args(f, args, sizeof args, "RTX%203060:12:10", "small");
     h_start_worker(p, "small", NULL, args);
     h_resp r;
     h_request(p, "POST", "/v1/chat/completions", CHAT, NULL, &r);

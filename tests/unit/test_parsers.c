@@ -141,10 +141,14 @@ static void engine_specs(void **state)
 static void managed_engine_command(void **state)
 {
     (void)state;
-    managed_spec m = {.name = "llama", .gguf = "/models/l.gguf", .ctx = 4096, .parallel = 2};
+    managed_spec m = {.name = "llama", .gguf = "/models/l.gguf", .ctx = 4096, .parallel = 2, .ctk = "f16",
+                      .ctv = "q8_0", .flash_attn = 1};
     char line[512], *argv[32];
     int argc = managed_argv(MANAGED_DEFAULT_CMD, &m, 9123, "/proc/self/exe", line, sizeof line, argv, 32);
-    assert_int_equal(argc, 16);
+    assert_int_equal(argc, 22);
+    assert_string_equal(argv[17], "f16");
+    assert_string_equal(argv[19], "q8_0");
+    assert_string_equal(argv[21], "on");
     assert_string_equal(argv[0], "llama-server");
     assert_string_equal(argv[2], "/models/l.gguf");
     assert_string_equal(argv[4], "llama");
@@ -160,12 +164,13 @@ static void managed_engine_command(void **state)
     /* too many words for argv: refused, not cut */
     assert_int_equal(managed_argv(MANAGED_DEFAULT_CMD, &m, 1, "/x", line, sizeof line, argv, 8), -1);
     engine e;
-    char err[200];
-    assert_int_equal(managed_parse("nofile", &e, err, sizeof err), -1);
-    assert_int_equal(managed_parse("x=/nonexistent.gguf", &e, err, sizeof err), -1);
+    char err[400];
+    managed_defaults d = {.data_dir = "/tmp", .margin_pct = 5};
+    assert_int_equal(managed_parse("nofile", &d, &e, err, sizeof err), -1);
+    assert_int_equal(managed_parse("x=/nonexistent.gguf", &d, &e, err, sizeof err), -1);
     assert_non_null(strstr(err, "nonexistent"));
-    assert_int_equal(managed_parse("x=/a.gguf,ctx=zero", &e, err, sizeof err), -1);
-    assert_int_equal(managed_parse("x=/a.gguf,speed=3", &e, err, sizeof err), -1);
+    assert_int_equal(managed_parse("x=/a.gguf,ctx=zero", &d, &e, err, sizeof err), -1);
+    assert_int_equal(managed_parse("x=/a.gguf,speed=3", &d, &e, err, sizeof err), -1);
 }
 
 static void cidr_ranges(void **state)
