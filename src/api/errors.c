@@ -47,3 +47,12 @@ json_t *api_read_json_object(http_req *r)
     }
     return j;
 }
+
+const char *api_error_text(const char *body, size_t len, const char *fallback, char *out, size_t outlen)
+{
+    json_t *j = body && len ? json_loadb(body, len, 0, NULL) : NULL;
+    const char *m = json_string_value(json_object_get(json_object_get(j, "error"), "message"));
+    snprintf(out, outlen, "%s", m && *m ? m : fallback);
+    json_decref(j);
+    return out;
+}

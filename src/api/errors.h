@@ -17,5 +17,8 @@ void api_error(http_req *r, int status, const char *type, const char *code, cons
 /* Parses the body as a JSON object.  On failure answers 400 (empty body,
  * malformed or non-UTF-8 JSON, not an object) and returns NULL. */
 json_t *api_read_json_object(http_req *r);
+/* The message of an OpenAI-shaped error body (a node's refusal, say), cut to
+ * fit out; fallback when the body has none. */
+const char *api_error_text(const char *body, size_t len, const char *fallback, char *out, size_t outlen);
 
 #endif

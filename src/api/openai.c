@@ -153,8 +153,10 @@ static int forward_buffered(coord *c, http_req *req, const http_call_opts *o, co
         api_served_by(req, lease, private_rule);
         relay_respond_result(req, &res);
     } else {
-        snprintf(why, whylen, "%s: %s", lease->node_id, res.status ? "refused the request" : res.error);
-        registry_mark_unreachable(c->reg, lease->node_id, res.status ? "refused the request" : res.error, mono_ms());
+        char said[200];
+        if (res.status) api_error_text(res.body, res.body_len, "refused the request", said, sizeof said);
+        snprintf(why, whylen, "%s: %s", lease->node_id, res.status ? said : res.error);
+        registry_mark_unreachable(c->reg, lease->node_id, res.status ? said : res.error, mono_ms());
         done = 0;
     }
     http_result_free(&res);

@@ -203,7 +203,9 @@ int api_forward_stream(coord *c, http_req *req, const http_call_opts *o, const n
         api_served_by(req, &first, private_rule);
         http_respond(req, (int)status, ctype[0] ? ctype : "application/json", b, blen);
     } else {
-        snprintf(why, whylen, "%s: refused (%ld)", first.node_id, status);
+        char said[200];
+        api_error_text(b, blen, "refused", said, sizeof said);
+        snprintf(why, whylen, "%s: %s (%ld)", first.node_id, said, status);
         registry_mark_unreachable(c->reg, first.node_id, status == 503 ? "self-check failed" : "refused its node token",
                                   mono_ms());
     }

@@ -104,6 +104,19 @@ static void node_free_models(node *nd)
     nd->nloadable = 0;
 }
 
+/* What the worker said about a model it can start (need, slots, the models
+ * starting it would stop), or NULL. */
+static json_t *loadable_entry(const node *nd, const char *model)
+{
+    size_t i;
+    json_t *l;
+    json_array_foreach(nd->loadable_json, i, l) {
+        const char *name = json_string_value(json_object_get(l, "model"));
+        if (name && !strcmp(name, model)) return l;
+    }
+    return NULL;
+}
+
 /* The need for a model the node can start; 0 with *found = 0 if it cannot. */
 static uint64_t loadable_need(const node *nd, const char *model, int *found)
 {
@@ -497,11 +510,20 @@ static place_candidate candidate(const node *nd, const reg_request *rq, const ch
     uint64_t need = loadable_need(nd, model, &loadable);
     int breaker_ok = !nd->open_until && !(nd->half_open && nd->probing);
     const model_speed *m = profile_speed(&nd->prof, model);
+    /* A model to be started brings its own slots, and may stop others. */
+    int slots = nd->slots, evicting = 0;
+    json_t *entry = !has_model(nd, model) && loadable ? loadable_entry(nd, model) : NULL;
+    if (entry) {
+        json_int_t ls = json_integer_value(json_object_get(entry, "slots"));
+        slots += ls > 0 ? (int)ls : 1;
+        evicting = json_array_size(json_object_get(entry, "evicts")) > 0;
+    }
     return (place_candidate){.id = nd->id, .ready = nd->state == NODE_READY && breaker_ok,
                              .has_model = has_model(nd, model), .loadable = loadable, .need_bytes = need,
                              .excluded = excluded(nd->id, ex, nex) || (rq->trusted_only && nd->external),
                              .inflight = nd->inflight,
-                             .slots = nd->slots, .free_vram = nd->free_vram, .engine_busy = nd->engine_busy,
+                             .slots = slots, .evicting = evicting, .free_vram = nd->free_vram,
+                             .engine_busy = nd->engine_busy,
                              .engine_queued = nd->engine_queued, .ttft_ms = m ? m->ttft_ms : 0,
                              .tps = m ? m->tps : 0, .load_ms = m ? m->load_ms : 0,
                              .success = smoothed_success(nd, now), .temp_c = nd->temp_c,

@@ -111,6 +111,7 @@ double placement_score(const place_weights *w, const place_request *rq, const pl
 {
     double service = placement_service_ms(rq, c);
     double cold = c->has_model ? 0 : or_default(c->load_ms, rq->prior_load_ms, DEFAULT_LOAD_MS);
+    if (c->evicting) cold *= 1.5;
     int occ = occupancy(c), slots = slots_of(c);
     /* With every slot taken, requests already waiting for this node are in
      * line before this one too. */

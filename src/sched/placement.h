@@ -5,7 +5,9 @@
  * long the request would take to finish there, and picks the smallest:
  *
  *   speed    x  (time to first token + max_tokens / tokens per second)
- * + affinity x  cold-start time, when the model is not loaded there
+ * + affinity x  cold-start time, when the model is not loaded there (half
+ *               again when the start must stop other models, which will
+ *               then cost a start of their own)
  * + load     x  the wait and slow-down implied by busy slots (its own
  *               requests, or the engine's own count when that is higher)
  * + link     x  payload bytes / measured link throughput
@@ -66,6 +68,7 @@ typedef struct place_candidate {
     int has_model;    /* an engine on it serves the model now */
     int loadable;     /* it can start an engine for the model */
     uint64_t need_bytes; /* the planner's estimate for starting it */
+    int evicting;     /* starting it would stop other (idle) models there */
     int excluded;     /* already tried for this request */
     int inflight;     /* requests the coordinator has on it */
     int slots;        /* engine slots; <= 0 counts as 1 */

@@ -117,6 +117,12 @@ static void pick_prefers_a_loaded_model(void **state)
     c[1].inflight = 4; /* full: the cold node is used (the load is cheaper than waiting) */
     c[0].load_ms = 100;
     assert_int_equal(pick(c, 2), 0);
+    /* of two cold nodes, the one that need not stop another model */
+    place_candidate e[] = {
+        NODE(.id = "a-evicts", .loadable = 1, .need_bytes = 1, .free_vram = 100, .slots = 4, .evicting = 1),
+        NODE(.id = "b-room", .loadable = 1, .need_bytes = 1, .free_vram = 50, .slots = 4),
+    };
+    assert_int_equal(pick(e, 2), 1);
     /* with affinity weighted out, load alone decides */
     place_cfg cfg = score_cfg();
     cfg.w.affinity = 0;
