@@ -52,6 +52,7 @@ struct http_req {
     int responded;
     char peer[64];
     hdr *out_headers;
+    hdr *in_headers;   /* added by the application; found before the client's */
     struct MHD_Response *resp;
     int status;
     pthread_mutex_t mu; /* state and suspended, shared with other threads */
@@ -157,7 +158,48 @@ int http_resp_status(const http_req *r) { return r->status; }
 
 const char *http_req_header(const http_req *r, const char *name)
 {
+    for (const hdr *h = r->in_headers; h; h = h->next)
+        if (!strcasecmp(h->name, name)) return h->value;
     return MHD_lookup_connection_value(r->c, MHD_HEADER_KIND, name);
+}
+
+static hdr *hdr_push(hdr **list, const char *name, const char *value)
+{
+    hdr *h = calloc(1, sizeof *h);
+    if (!h) return NULL;
+    h->name = strdup(name);
+    h->value = strdup(value);
+    if (!h->name || !h->value) {
+        free(h->name);
+        free(h->value);
+        free(h);
+        return NULL;
+    }
+    h->next = *list;
+    *list = h;
+    return h;
+}
+
+static void hdr_free_all(hdr *h)
+{
+    while (h) {
+        hdr *n = h->next;
+        free(h->name);
+        free(h->value);
+        free(h);
+        h = n;
+    }
+}
+
+void http_req_add_header(http_req *r, const char *name, const char *value) { hdr_push(&r->in_headers, name, value); }
+
+int http_req_replace_body(http_req *r, const char *data, size_t len)
+{
+    buf fresh = {0};
+    if (buf_append(&fresh, data, len)) { buf_free(&fresh); return -1; }
+    buf_free(&r->body);
+    r->body = fresh;
+    return 0;
 }
 
 const char *http_req_query(const http_req *r, const char *name)
@@ -189,15 +231,7 @@ const char *http_req_bearer(const http_req *r)
 }
 
 /* ---- answers ---- */
-void http_set_header(http_req *r, const char *name, const char *value)
-{
-    hdr *h = calloc(1, sizeof *h);
-    if (!h) return;
-    h->name = strdup(name);
-    h->value = strdup(value);
-    h->next = r->out_headers;
-    r->out_headers = h;
-}
+void http_set_header(http_req *r, const char *name, const char *value) { hdr_push(&r->out_headers, name, value); }
 
 static void attach(http_req *r, int status, struct MHD_Response *resp, const char *ctype)
 {
@@ -212,9 +246,12 @@ static void attach(http_req *r, int status, struct MHD_Response *resp, const cha
 void http_respond(http_req *r, int status, const char *content_type, const void *body, size_t len)
 {
     if (r->responded) return;
+    http_answer a = {.status = status, .content_type = content_type, .body = body, .len = len};
+    if (r->srv->o.answer) r->srv->o.answer(r, &a, r->srv->o.app);
     struct MHD_Response *resp =
-        MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
-    attach(r, status, resp, content_type);
+        MHD_create_response_from_buffer(a.len, (void *)a.body, MHD_RESPMEM_MUST_COPY);
+    attach(r, a.status, resp, a.content_type);
+    free(a.replaced);
 }
 
 void http_respond_json(http_req *r, int status, json_t *j)
@@ -297,6 +334,11 @@ http_waker *http_respond_stream(http_req *r, int status, const char *content_typ
 {
     http_waker *w = r->responded ? NULL : calloc(1, sizeof *w);
     if (!w) { if (done) done(ctx); return NULL; }
+    if (r->srv->o.answer) {
+        http_answer a = {.status = status, .content_type = content_type, .streamed = 1};
+        r->srv->o.answer(r, &a, r->srv->o.app);
+        free(a.replaced); /* a stream's status and body are its producer's */
+    }
     pthread_mutex_init(&w->mu, NULL);
     w->refs = 2; /* the connection's and the producer's */
     w->srv = r->srv;
@@ -320,14 +362,8 @@ http_waker *http_respond_stream(http_req *r, int status, const char *content_typ
 static void req_free(http_req *r)
 {
     if (!r) return;
-    hdr *h = r->out_headers;
-    while (h) {
-        hdr *n = h->next;
-        free(h->name);
-        free(h->value);
-        free(h);
-        h = n;
-    }
+    hdr_free_all(r->out_headers);
+    hdr_free_all(r->in_headers);
     if (r->resp) MHD_destroy_response(r->resp);
     if (r->ctx && r->free_ctx) r->free_ctx(r->ctx);
     pthread_mutex_destroy(&r->mu);

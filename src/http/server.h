@@ -32,6 +32,24 @@ typedef http_fast_rc (*http_fast_handler)(http_req *req, void *app);
  * queued: for metrics.  dur_us counts from the whole request to its answer. */
 typedef void (*http_observer)(http_req *req, int status, int64_t dur_us, void *app);
 
+/* An answer about to be fixed, shown to the application's answer hook.  For a
+ * whole body the hook may change status, content_type and body; a new body it
+ * allocates goes in `replaced` (malloc'd; the server frees it).  For a stream
+ * (streamed = 1, no body yet) it may only add headers. */
+typedef struct http_answer {
+    int status;
+    const char *content_type;
+    const char *body;
+    size_t len;
+    int streamed;
+    char *replaced;
+} http_answer;
+/* Runs in every respond call, on the thread that answers, before the answer
+ * is built; it may add headers with http_set_header.  So that one place can
+ * apply policies that hold for every answer (CORS, envelopes) however the
+ * answer was made, including the server's own (413). */
+typedef void (*http_answer_hook)(http_req *req, http_answer *a, void *app);
+
 typedef struct http_server_opts {
     const char *listen;      /* "127.0.0.1:8080", "0.0.0.0:0", "[::1]:0" */
     size_t max_body;         /* larger bodies get 413; 0 = 8 MiB */
@@ -39,6 +57,7 @@ typedef struct http_server_opts {
     http_fast_handler fast;  /* optional */
     http_handler handler;
     http_observer observe;   /* optional */
+    http_answer_hook answer; /* optional */
     void *app;
 } http_server_opts;
 
@@ -63,6 +82,12 @@ const char *http_req_peer(const http_req *r); /* textual IP address */
 /* True once the client has closed its side (checked without blocking), so a
  * handler waiting on something slow can give up on a caller who left. */
 int http_req_client_gone(const http_req *r);
+/* Replaces the request body (copied), e.g. after the application rewrote
+ * its field names; handlers that run later read the new one. */
+int http_req_replace_body(http_req *r, const char *data, size_t len);
+/* Adds a request header (copied) that http_req_header finds before the
+ * client's own, e.g. a value the client could only send in the body. */
+void http_req_add_header(http_req *r, const char *name, const char *value);
 /* Bearer token from Authorization, or NULL. */
 const char *http_req_bearer(const http_req *r);
 /* A small tag the application keeps on the request (e.g. its route). */
