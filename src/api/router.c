@@ -1,11 +1,13 @@
 /* api/router: the coordinator's one HTTP handler.  It maps method and path to
- * a handler, checks client API keys, and records every answer in metrics. */
+ * a handler through the route table (api/routes), checks client API keys, and
+ * records every answer in metrics. */
 #include <stdio.h>
 #include <string.h>
 
 #include "api/coord.h"
 #include "api/errors.h"
 #include "api/metrics.h"
+#include "api/routes.h"
 #include "api/validate.h"
 #include "util/clock.h"
 #include "util/ids.h"
@@ -44,8 +46,6 @@ int coord_key_private(coord *c, http_req *req)
     return 0;
 }
 
-static int is(const char *a, const char *b) { return !strcmp(a, b); }
-
 /* Administration needs an admin key whenever keys are in use. */
 static int admin_authorized(coord *c, http_req *req)
 {
@@ -59,101 +59,75 @@ static int admin_authorized(coord *c, http_req *req)
     return 0;
 }
 
-static const struct {
-    const char *path;
-    metrics_route route;
-    int kind;
-} proxied[] = {
-    {"/v1/chat/completions", ROUTE_CHAT, KIND_CHAT},
-    {"/v1/completions", ROUTE_COMPLETIONS, KIND_COMPLETION},
-    {"/v1/embeddings", ROUTE_EMBEDDINGS, KIND_EMBEDDING},
-};
-
-static int proxied_index(const char *path)
-{
-    for (size_t i = 0; i < sizeof proxied / sizeof proxied[0]; i++)
-        if (is(path, proxied[i].path)) return (int)i;
-    return -1;
-}
-
 static metrics_route route_and_run(coord *c, http_req *req)
 {
     const char *m = http_req_method(req), *p = http_req_path(req);
-    int get = is(m, "GET"), post = is(m, "POST"), del = is(m, "DELETE");
+    char id[256];
+    int known;
+    const api_route *rt = api_route_find(m, p, id, sizeof id, &known);
+    if (!rt && known) {
+        char allow[96], methods[64];
+        api_route_methods(p, methods, sizeof methods);
+        snprintf(allow, sizeof allow, "%s, OPTIONS", methods);
+        http_set_header(req, "Allow", allow);
+        api_error(req, 405, "invalid_request_error", "method_not_allowed", NULL, "%s is not allowed on %s", m, p);
+        return ROUTE_OTHER;
+    }
+    if (!rt) {
+        api_error(req, 404, "invalid_request_error", "not_found", NULL, "no such endpoint: %s %s", m, p);
+        return ROUTE_OTHER;
+    }
+    if (rt->auth == AUTH_CLIENT && !authorized(c, req)) return rt->metric;
+    if (rt->auth == AUTH_ADMIN && !admin_authorized(c, req)) return rt->metric;
+    switch (rt->op) {
+    case OP_HEALTH: http_respond_text(req, 200, "{\"status\":\"ok\"}"); break;
+    case OP_METRICS: api_metrics(c, req); break;
+    case OP_REGISTER: api_register(c, req); break;
+    case OP_HEARTBEAT: api_heartbeat(c, req); break;
+    case OP_CHAT: api_openai_proxy(c, req, KIND_CHAT); break;
+    case OP_COMPLETIONS: api_openai_proxy(c, req, KIND_COMPLETION); break;
+    case OP_EMBEDDINGS: api_openai_proxy(c, req, KIND_EMBEDDING); break;
+    case OP_MODELS: api_models(c, req); break;
+    case OP_TASKS_CREATE: api_tasks_create(c, req); break;
+    case OP_TASKS_LIST: api_tasks_list(c, req); break;
+    case OP_TASK_POLL: {
+        /* The GET form a data source polls with: the id as a parameter. */
+        const char *tid = http_req_query(req, "id");
+        if (!tid || !*tid) api_bad_request(req, "missing_field", "id", "the query parameter 'id' (a task id) is required");
+        else api_tasks_get(c, req, tid);
+        break;
+    }
+    case OP_TASK_GET: api_tasks_get(c, req, id); break;
+    case OP_TASK_CANCEL: api_tasks_cancel(c, req, id); break;
+    case OP_NODES: api_nodes(c, req); break;
+    case OP_NODE_DRAIN: api_node_admin(c, req, id, "drain"); break;
+    case OP_NODE_UNDRAIN: api_node_admin(c, req, id, "undrain"); break;
+    case OP_NODE_FORGET: api_node_admin(c, req, id, "forget"); break;
+    case OP_PLAN: api_plan(c, req); break;
+    }
+    return rt->metric;
+}
 
-    if (is(p, "/healthz") && get) {
-        http_respond_text(req, 200, "{\"status\":\"ok\"}");
-        return ROUTE_HEALTH;
-    }
-    if (is(p, "/metrics") && get) { api_metrics(c, req); return ROUTE_METRICS; }
-    if (is(p, "/internal/v1/register") && post) { api_register(c, req); return ROUTE_REGISTER; }
-    if (is(p, "/internal/v1/heartbeat") && post) { api_heartbeat(c, req); return ROUTE_HEARTBEAT; }
-
-    int px = proxied_index(p);
-    if (px >= 0) {
-        if (!post) goto wrong_method;
-        if (authorized(c, req)) api_openai_proxy(c, req, proxied[px].kind);
-        return proxied[px].route;
-    }
-    if (is(p, "/v1/models")) {
-        if (!get) goto wrong_method;
-        if (authorized(c, req)) api_models(c, req);
-        return ROUTE_MODELS;
-    }
-    if (is(p, "/v1/nodes")) {
-        if (!get) goto wrong_method;
-        if (authorized(c, req)) api_nodes(c, req);
-        return ROUTE_NODES;
-    }
-    if (!strncmp(p, "/v1/nodes/", 10) && p[10]) {
-        char id[64];
-        const char *slash = strchr(p + 10, '/');
-        size_t idlen = slash ? (size_t)(slash - (p + 10)) : strlen(p + 10);
-        const char *verb = slash ? slash + 1 : "";
-        if (idlen == 0 || idlen >= sizeof id) goto not_found;
-        memcpy(id, p + 10, idlen);
-        id[idlen] = 0;
-        if (!*verb && del) verb = "forget";
-        else if ((is(verb, "drain") || is(verb, "undrain")) && !post) goto wrong_method;
-        else if (!is(verb, "drain") && !is(verb, "undrain")) {
-            if (!*verb) goto wrong_method;
-            goto not_found;
-        }
-        if (admin_authorized(c, req)) api_node_admin(c, req, id, verb);
-        return ROUTE_NODES;
-    }
-    if (is(p, "/v1/plan")) {
-        if (!post) goto wrong_method;
-        if (authorized(c, req)) api_plan(c, req);
-        return ROUTE_PLAN;
-    }
-    if (is(p, "/v1/tasks")) {
-        if (post) { if (authorized(c, req)) api_tasks_create(c, req); return ROUTE_TASKS_CREATE; }
-        if (get) { if (authorized(c, req)) api_tasks_list(c, req); return ROUTE_TASKS_LIST; }
-        goto wrong_method;
-    }
-    if (!strncmp(p, "/v1/tasks/", 10) && p[10] && !strchr(p + 10, '/')) {
-        const char *id = p + 10;
-        if (get) { if (authorized(c, req)) api_tasks_get(c, req, id); return ROUTE_TASKS_GET; }
-        if (del) { if (authorized(c, req)) api_tasks_cancel(c, req, id); return ROUTE_TASKS_CANCEL; }
-        goto wrong_method;
-    }
-not_found:
-    api_error(req, 404, "invalid_request_error", "not_found", NULL, "no such endpoint: %s %s", m, p);
-    return ROUTE_OTHER;
-wrong_method:
-    api_error(req, 405, "invalid_request_error", "method_not_allowed", NULL, "%s is not allowed on %s", m, p);
-    return ROUTE_OTHER;
+static int proxied_kind(const api_route *rt)
+{
+    if (!rt) return -1;
+    if (rt->op == OP_CHAT) return KIND_CHAT;
+    if (rt->op == OP_COMPLETIONS) return KIND_COMPLETION;
+    if (rt->op == OP_EMBEDDINGS) return KIND_EMBEDDING;
+    return -1;
 }
 
 http_fast_rc coord_fast(http_req *req, void *app)
 {
     coord *c = app;
-    int px = proxied_index(http_req_path(req));
-    if (px < 0 || !is(http_req_method(req), "POST")) return HTTP_PASS;
-    http_req_set_tag(req, (int)proxied[px].route + 1);
+    char id[256];
+    int known;
+    const api_route *rt = api_route_find(http_req_method(req), http_req_path(req), id, sizeof id, &known);
+    int kind = proxied_kind(rt);
+    if (kind < 0) return HTTP_PASS;
+    http_req_set_tag(req, (int)rt->metric + 1);
     if (!authorized(c, req)) return HTTP_HANDLED;
-    return api_openai_fast(c, req, proxied[px].kind);
+    return api_openai_fast(c, req, kind);
 }
 
 void coord_handle(http_req *req, void *app)
@@ -168,3 +142,4 @@ void coord_observe(http_req *req, int status, int64_t dur_us, void *app)
     int tag = http_req_tag(req);
     metrics_observe(tag > 0 ? (metrics_route)(tag - 1) : ROUTE_OTHER, status, dur_us);
 }
+

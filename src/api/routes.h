@@ -1,0 +1,46 @@
+/* api/routes: the coordinator's route table, the one list of what the HTTP
+ * API answers; the router dispatches from it.  Pure: no sockets, no state. */
+#ifndef GPUPOOL_API_ROUTES_H
+#define GPUPOOL_API_ROUTES_H
+
+#include <stddef.h>
+
+#include "api/metrics.h"
+
+typedef enum api_op {
+    OP_HEALTH, OP_METRICS, OP_REGISTER, OP_HEARTBEAT,
+    OP_CHAT, OP_COMPLETIONS, OP_EMBEDDINGS, OP_MODELS,
+    OP_TASKS_CREATE, OP_TASKS_LIST, OP_TASK_POLL, OP_TASK_GET, OP_TASK_CANCEL,
+    OP_NODES, OP_NODE_DRAIN, OP_NODE_UNDRAIN, OP_NODE_FORGET, OP_PLAN
+} api_op;
+
+typedef enum api_auth {
+    AUTH_OPEN,   /* no key needed (health, metrics) */
+    AUTH_CLIENT, /* a client API key when keys are in use */
+    AUTH_ADMIN,  /* an admin key when keys are in use */
+    AUTH_NODE    /* the control plane's own tokens, checked by its handler */
+} api_auth;
+
+typedef struct api_route {
+    const char *method;
+    const char *path;    /* as in the OpenAPI document: a segment "{id}" matches any one segment */
+    api_op op;
+    api_auth auth;
+    metrics_route metric;
+    int internal;        /* the workers' control plane: not in the public document */
+} api_route;
+
+/* Every route, concrete paths before templated ones. */
+const api_route *api_routes(size_t *n);
+
+/* The route for method and path (path without its query).  NULL when there
+ * is none; *path_known then says whether another method would have matched
+ * (405 rather than 404).  A "{id}" segment's text is copied to id (empty when
+ * the path has none; NULL when it does not fit in idlen). */
+const api_route *api_route_find(const char *method, const char *path, char *id, size_t idlen, int *path_known);
+
+/* The methods the path answers, "GET, POST" (for Allow and CORS preflights);
+ * "" for an unknown path.  Returns the length written. */
+size_t api_route_methods(const char *path, char *out, size_t len);
+
+#endif
