@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 
+#include "api/lowcode.h"
 #include "http/server.h"
 #include "node/registry.h"
 #include "sched/dispatch.h"
@@ -26,6 +27,7 @@ typedef struct coord_cfg {
     int max_attempts;          /* nodes tried per request / task */
     const char *models_dir;    /* GGUF files POST /v1/plan may read; NULL = none */
     int stream_continue;       /* a stream that breaks after tokens goes on from another node */
+    lowcode_cfg lowcode;       /* CORS, the always-200 envelope, camelCase (api/lowcode) */
 } coord_cfg;
 
 typedef struct coord {
@@ -43,6 +45,8 @@ typedef struct coord {
 http_fast_rc coord_fast(http_req *req, void *app);
 void coord_handle(http_req *req, void *app);
 void coord_observe(http_req *req, int status, int64_t dur_us, void *app);
+/* The server's answer hook: the low-code policy over every answer. */
+void coord_answer(http_req *req, http_answer *a, void *app);
 /* Who made the request, for per-key limits: "key-" and a digest of its API
  * key, or "" without keys. */
 void coord_owner(coord *c, http_req *req, char out[40]);

@@ -1,5 +1,6 @@
 /* api/router: the coordinator's one HTTP handler.  It maps method and path to
- * a handler through the route table (api/routes), checks client API keys, and
+ * a handler through the route table (api/routes), checks client API keys,
+ * applies the low-code policy (api/lowcode) to every request and answer, and
  * records every answer in metrics. */
 #include <stdio.h>
 #include <string.h>
@@ -45,6 +46,8 @@ int coord_key_private(coord *c, http_req *req)
         if (secret_equal(key, c->cfg.private_keys[i])) return 1;
     return 0;
 }
+
+static int is(const char *a, const char *b) { return !strcmp(a, b); }
 
 /* Administration needs an admin key whenever keys are in use. */
 static int admin_authorized(coord *c, http_req *req)
@@ -123,6 +126,13 @@ http_fast_rc coord_fast(http_req *req, void *app)
     char id[256];
     int known;
     const api_route *rt = api_route_find(http_req_method(req), http_req_path(req), id, sizeof id, &known);
+    /* Every request passes here first, so the low-code rewrites happen
+     * before any handler reads the body. */
+    if (lowcode_prepare(&c->cfg.lowcode, req)) {
+        metrics_route mr = is(http_req_method(req), "OPTIONS") ? ROUTE_PREFLIGHT : rt ? rt->metric : ROUTE_OTHER;
+        http_req_set_tag(req, (int)mr + 1);
+        return HTTP_HANDLED;
+    }
     int kind = proxied_kind(rt);
     if (kind < 0) return HTTP_PASS;
     http_req_set_tag(req, (int)rt->metric + 1);
@@ -143,3 +153,8 @@ void coord_observe(http_req *req, int status, int64_t dur_us, void *app)
     metrics_observe(tag > 0 ? (metrics_route)(tag - 1) : ROUTE_OTHER, status, dur_us);
 }
 
+void coord_answer(http_req *req, http_answer *a, void *app)
+{
+    coord *c = app;
+    lowcode_answer(&c->cfg.lowcode, req, a);
+}

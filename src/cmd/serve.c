@@ -80,6 +80,13 @@ static void usage(FILE *f)
             "  --cloud NAME=URL,models=M1|M2,key-env=VAR[,slots=N]\n"
             "                            an external OpenAI-compatible backend (repeatable); private\n"
             "                            requests never go there; its API key comes from $VAR\n"
+            "  --cors-origin ORIGIN      a web origin (https://host[:port]) whose pages may call the API\n"
+            "                            from a browser, with credentials (repeatable, or comma-separated)\n"
+            "  --cors-max-age S          how long browsers may keep a preflight's answer (default 600)\n"
+            "  --envelope always200|off  answer every /v1 call with status 200 and {\"ok\",\"status\",\"data\"|\"error\"}\n"
+            "                            unless it asks otherwise (default off)\n"
+            "  --envelope-origin ORIGIN  the same, only for requests from this origin (repeatable)\n"
+            "  --field-case camel|snake  the field names /v1 calls read and answer by default (default snake)\n"
             "  --port-file FILE          write the bound port here once listening\n"
             "  --config FILE             read options from FILE (key = value lines)\n");
 }
@@ -170,6 +177,21 @@ static int load_keys_file(serve_opts *o, const char *path)
     return 0;
 }
 
+/* --cors-origin and --envelope-origin take one origin or several separated
+ * by commas (an origin has none). */
+static int add_origins(lowcode_cfg *lc, int cors, const char *list)
+{
+    char *copy = strdup(list), *save = NULL, err[200];
+    int rc = copy ? 0 : -1;
+    for (char *one = copy ? strtok_r(copy, ", ", &save) : NULL; one && !rc; one = strtok_r(NULL, ", ", &save))
+        if (lowcode_add_origin(lc, cors, one, err, sizeof err)) {
+            fprintf(stderr, "gpupool serve: %s: %s\n", cors ? "--cors-origin" : "--envelope-origin", err);
+            rc = -1;
+        }
+    free(copy);
+    return rc;
+}
+
 static int parse(int argc, char **argv, serve_opts *o)
 {
     static const struct option longopts[] = {
@@ -183,7 +205,9 @@ static int parse(int argc, char **argv, serve_opts *o)
         {"placement-weights", 1, 0, 'W'}, {"queue-aging-ms", 1, 0, 'g'}, {"key-max-running", 1, 0, 'r'},
         {"key-max-share", 1, 0, 's'}, {"hedge-factor", 1, 0, 'e'}, {"hedge-min-ms", 1, 0, 'E'},
         {"retry-backoff-ms", 1, 0, 'B'}, {"task-queue-max", 1, 0, 'Y'},
-        {"privacy-keyword", 1, 0, 'w'}, {"privacy-regex", 1, 0, 'R'}, {"cloud", 1, 0, 'c'}, {"stream-continue", 1, 0, 'S'}, {"help", 0, 0, 'H'}, {0, 0, 0, 0}};
+        {"privacy-keyword", 1, 0, 'w'}, {"privacy-regex", 1, 0, 'R'}, {"cloud", 1, 0, 'c'}, {"stream-continue", 1, 0, 'S'},
+        {"cors-origin", 1, 0, 'o'}, {"cors-max-age", 1, 0, 'G'}, {"envelope", 1, 0, 'v'},
+        {"envelope-origin", 1, 0, 'O'}, {"field-case", 1, 0, 'z'}, {"help", 0, 0, 'H'}, {0, 0, 0, 0}};
     long v;
     double f;
     char err[200];
@@ -223,6 +247,7 @@ static int parse(int argc, char **argv, serve_opts *o)
         INTOPT('E', o->hedge_min_ms, 1, 86400000, "--hedge-min-ms")
         INTOPT('B', o->backoff_ms, 1, 600000, "--retry-backoff-ms")
         INTOPT('Y', o->cc.task_queue_max, 1, 100000000, "--task-queue-max")
+        INTOPT('G', o->cc.lowcode.max_age_s, 1, 86400, "--cors-max-age")
 #undef INTOPT
 #define DBLOPT(ch, field, lo, hi, name) \
         case ch: if (parse_double(optarg, lo, hi, &f)) { fprintf(stderr, "gpupool serve: %s wants a number from %g to %g\n", name, (double)lo, (double)hi); return -1; } field = f; break;
@@ -251,6 +276,24 @@ static int parse(int argc, char **argv, serve_opts *o)
                 return -1;
             }
             o->cc.stream_continue = !strcmp(optarg, "on");
+            break;
+        case 'o':
+        case 'O':
+            if (add_origins(&o->cc.lowcode, c == 'o', optarg)) return -1;
+            break;
+        case 'v':
+            if (strcmp(optarg, "always200") && strcmp(optarg, "off")) {
+                fprintf(stderr, "gpupool serve: --envelope wants always200 or off\n");
+                return -1;
+            }
+            o->cc.lowcode.envelope_all = !strcmp(optarg, "always200");
+            break;
+        case 'z':
+            if (strcmp(optarg, "camel") && strcmp(optarg, "snake")) {
+                fprintf(stderr, "gpupool serve: --field-case wants camel or snake\n");
+                return -1;
+            }
+            o->cc.lowcode.camel_all = !strcmp(optarg, "camel");
             break;
         case 'P':
             if (place_policy_parse(optarg, &o->placement.policy)) {
@@ -377,7 +420,7 @@ int cmd_serve(int argc0, char **argv0)
 
     coord c = {.cfg = o.cc, .st = st, .reg = reg, .disp = disp, .rules = rules, .started_mono = mono_ms()};
     http_server_opts ho = {.listen = o.listen, .max_body = o.max_body, .fast = coord_fast, .handler = coord_handle,
-                           .observe = coord_observe, .app = &c};
+                           .observe = coord_observe, .answer = coord_answer, .app = &c};
     srv = http_server_start(&ho, err, sizeof err);
     if (!srv) { fprintf(stderr, "gpupool serve: %s\n", err); goto done; }
     int port = http_server_port(srv);
@@ -385,6 +428,10 @@ int cmd_serve(int argc0, char **argv0)
     log_info("coordinator listening on %s (port %d), data in %s, %s, placement %s", o.listen, port, o.data,
              o.cc.nkeys ? "client API keys required" : "no client API keys (loopback only)",
              place_policy_name(o.placement.policy));
+    if (o.cc.lowcode.ncors || o.cc.lowcode.envelope_all || o.cc.lowcode.nenvelope || o.cc.lowcode.camel_all)
+        log_info("low-code mode: %d CORS origin(s), envelope %s, field case %s", o.cc.lowcode.ncors,
+                 o.cc.lowcode.envelope_all ? "always200" : o.cc.lowcode.nenvelope ? "for some origins" : "on request",
+                 o.cc.lowcode.camel_all ? "camel" : "snake");
 
     char offline[64][40];
     for (;;) {
