@@ -16,7 +16,10 @@ E2E_SRC  := $(sort $(wildcard tests/e2e/test_*.c))
 E2E_LIB  := tests/e2e/harness.c
 
 B ?= build
-OBJ      := $(SRC:%.c=$(B)/obj/%.o)
+# docs/openapi.json is compiled in (served at /openapi.json): a generated C
+# source in the build directory, so a clean clone builds with nothing extra.
+GEN_OBJ  := $(B)/obj/gen/openapi_doc.o
+OBJ      := $(SRC:%.c=$(B)/obj/%.o) $(GEN_OBJ)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
 E2E_BIN  := $(E2E_SRC:tests/e2e/%.c=$(B)/e2e/%)
 
@@ -32,6 +35,15 @@ $(B)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	@$(if $(V),,echo "  CC    $<")
 	$(Q)$(CC) $(BASEFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(B)/gen/openapi_doc.c: docs/openapi.json scripts/embed.sh
+	@mkdir -p $(dir $@)
+	$(Q)scripts/embed.sh gpupool_openapi_doc $< $@
+
+$(B)/obj/gen/%.o: $(B)/gen/%.c
+	@mkdir -p $(dir $@)
+	@$(if $(V),,echo "  CC    $<")
+	$(Q)$(CC) $(BASEFLAGS) $(CFLAGS) -c $< -o $@
 
 $(B)/libgpupool.a: $(OBJ)
 	@rm -f $@

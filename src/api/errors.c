@@ -5,6 +5,30 @@
 #include <stdio.h>
 #include <string.h>
 
+static const api_error_code CODES[] = {
+    {"empty_body", 400}, {"invalid_json", 400}, {"missing_field", 400}, {"invalid_type", 400},
+    {"invalid_value", 400}, {"invalid_gguf", 400}, {"invalid_api_key", 401}, {"admin_required", 403},
+    {"cors_origin_not_allowed", 403}, {"model_not_found", 404}, {"task_not_found", 404},
+    {"node_not_found", 404}, {"not_found", 404}, {"method_not_allowed", 405},
+    {"idempotency_key_reused", 409}, {"task_finished", 409}, {"node_live", 409}, {"body_too_large", 413},
+    {"queue_full", 429}, {"store_error", 500}, {"no_node_answered", 502}, {"no_capacity", 503},
+    {"insufficient_vram", 503}, {"store_unavailable", 503}, {"no_trusted_capacity", 503},
+    {"upstream_interrupted", 0},
+};
+
+const api_error_code *api_error_codes(size_t *n)
+{
+    *n = sizeof CODES / sizeof CODES[0];
+    return CODES;
+}
+
+int api_error_code_known(const char *code)
+{
+    for (size_t i = 0; i < sizeof CODES / sizeof CODES[0]; i++)
+        if (!strcmp(CODES[i].code, code)) return 1;
+    return 0;
+}
+
 void api_error(http_req *r, int status, const char *type, const char *code, const char *param,
                const char *fmt, ...)
 {

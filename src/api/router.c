@@ -8,6 +8,7 @@
 #include "api/coord.h"
 #include "api/errors.h"
 #include "api/metrics.h"
+#include "api/openapi.h"
 #include "api/routes.h"
 #include "api/validate.h"
 #include "util/clock.h"
@@ -85,6 +86,7 @@ static metrics_route route_and_run(coord *c, http_req *req)
     switch (rt->op) {
     case OP_HEALTH: http_respond_text(req, 200, "{\"status\":\"ok\"}"); break;
     case OP_METRICS: api_metrics(c, req); break;
+    case OP_OPENAPI: api_openapi_serve(req); break;
     case OP_REGISTER: api_register(c, req); break;
     case OP_HEARTBEAT: api_heartbeat(c, req); break;
     case OP_CHAT: api_openai_proxy(c, req, KIND_CHAT); break;

@@ -7,6 +7,7 @@
 static const api_route ROUTES[] = {
     {"GET", "/healthz", OP_HEALTH, AUTH_OPEN, ROUTE_HEALTH, 0},
     {"GET", "/metrics", OP_METRICS, AUTH_OPEN, ROUTE_METRICS, 0},
+    {"GET", "/openapi.json", OP_OPENAPI, AUTH_OPEN, ROUTE_OPENAPI, 0},
     {"POST", "/internal/v1/register", OP_REGISTER, AUTH_NODE, ROUTE_REGISTER, 1},
     {"POST", "/internal/v1/heartbeat", OP_HEARTBEAT, AUTH_NODE, ROUTE_HEARTBEAT, 1},
     {"POST", "/v1/chat/completions", OP_CHAT, AUTH_CLIENT, ROUTE_CHAT, 0},

@@ -1,5 +1,7 @@
 /* api/routes: the coordinator's route table, the one list of what the HTTP
- * API answers; the router dispatches from it.  Pure: no sockets, no state. */
+ * API answers.  The router dispatches from it and the OpenAPI test compares
+ * it with docs/openapi.json, so an endpoint cannot be added to one without
+ * the other.  Pure: no sockets, no state. */
 #ifndef GPUPOOL_API_ROUTES_H
 #define GPUPOOL_API_ROUTES_H
 
@@ -8,14 +10,14 @@
 #include "api/metrics.h"
 
 typedef enum api_op {
-    OP_HEALTH, OP_METRICS, OP_REGISTER, OP_HEARTBEAT,
+    OP_HEALTH, OP_METRICS, OP_OPENAPI, OP_REGISTER, OP_HEARTBEAT,
     OP_CHAT, OP_COMPLETIONS, OP_EMBEDDINGS, OP_MODELS,
     OP_TASKS_CREATE, OP_TASKS_LIST, OP_TASK_POLL, OP_TASK_GET, OP_TASK_CANCEL,
     OP_NODES, OP_NODE_DRAIN, OP_NODE_UNDRAIN, OP_NODE_FORGET, OP_PLAN
 } api_op;
 
 typedef enum api_auth {
-    AUTH_OPEN,   /* no key needed (health, metrics) */
+    AUTH_OPEN,   /* no key needed (health, metrics, the API document) */
     AUTH_CLIENT, /* a client API key when keys are in use */
     AUTH_ADMIN,  /* an admin key when keys are in use */
     AUTH_NODE    /* the control plane's own tokens, checked by its handler */
