@@ -23,7 +23,7 @@ OBJ      := $(SRC:%.c=$(B)/obj/%.o) $(GEN_OBJ)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
 E2E_BIN  := $(E2E_SRC:tests/e2e/%.c=$(B)/e2e/%)
 
-.PHONY: all deps test run clean unit e2e asan fmt check-clang bench
+.PHONY: all deps test run clean unit e2e asan fmt check-clang bench openapi-lint
 all: $(B)/gpupool
 
 deps:
@@ -73,6 +73,10 @@ asan:
 test: deps
 	$(MAKE) asan
 	scripts/run-tests.sh build-asan
+
+# The OpenAPI document through a real validator (installs it into .tools/).
+openapi-lint:
+	tests/openapi/validate.sh
 
 run: deps all
 	scripts/run-local.sh

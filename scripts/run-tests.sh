@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs every unit and end-to-end test binary of a build (default build-asan)
-# and prints one closing line: "N passed, N failed".
+# Runs every unit and end-to-end test binary of a build (default build-asan),
+# and the OpenAPI document's validation, and prints one closing line:
+# "N passed, N failed".
 set -u
 B=${1:-build-asan}
 export GPUPOOL_BIN="$B/gpupool"
@@ -21,6 +22,7 @@ run() {
 }
 start=$(date +%s)
 for t in "$B"/tests/test_*; do [ -x "$t" ] && run "$t"; done
+run tests/openapi/validate.sh
 for t in "$B"/e2e/test_*; do [ -x "$t" ] && run "$t"; done
 echo
 [ ${#failed_bins[@]} -gt 0 ] && echo "failing: ${failed_bins[*]}"
