@@ -162,7 +162,8 @@ static void cors_headers(void **state)
     assert_string_equal(header(h, n, "Access-Control-Max-Age"), "600");
     const char *allowed = header(h, n, "Access-Control-Allow-Headers");
     static const char *const need[] = {"Authorization", "Content-Type", "Idempotency-Key", "X-Gpupool-Envelope",
-                                       "X-Gpupool-Case", "X-Gpupool-Priority", "X-Gpupool-Continue"};
+                                       "X-Gpupool-Case", "X-Gpupool-Priority", "X-Gpupool-Continue",
+                                       "X-Gpupool-Sensitivity"};
     for (size_t i = 0; i < sizeof need / sizeof need[0]; i++) assert_non_null(strstr(allowed, need[i]));
     c.max_age_s = 60;
     n = lowcode_preflight_headers(&c, "GET", h);
