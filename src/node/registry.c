@@ -12,6 +12,12 @@
 
 #define DRAIN_RING 256
 
+typedef struct active_lease {
+    uint32_t seq;
+    int64_t start;
+    double est;
+} active_lease;
+
 typedef struct node {
     char id[40];
     char name[64];
@@ -45,6 +51,10 @@ typedef struct node {
     node_profile prof;
     int admin_drained;    /* drained by hand: no new work whatever the beats say */
     int external;         /* trust tier external: a cloud backend, never sent private work */
+    /* leases out now, with when they began and their estimate, so a busy
+     * node can say when its first slot should free */
+    active_lease active[32];
+    int nactive;
 } node;
 
 struct registry {
@@ -62,6 +72,7 @@ struct registry {
     void *on_change_ctx;
     int stopping;
     unsigned rr_ticket;   /* round-robin's running counter */
+    uint32_t lease_seq;
     uint64_t cold_starts;
 };
 
@@ -503,6 +514,21 @@ static double smoothed_success(const node *nd, int64_t now)
     return (rate * calls + 4) / (calls + 4);
 }
 
+/* When the node's first slot should free, in ms from now, from the leases
+ * out there (0 when it has a free slot, or nothing is known).  A lease past
+ * its estimate is taken to need a tenth of it more. */
+static double first_free_ms(const node *nd, int64_t now)
+{
+    if (nd->nactive == 0 || nd->inflight < (nd->slots > 0 ? nd->slots : 1)) return 0;
+    double best = -1;
+    for (int i = 0; i < nd->nactive; i++) {
+        double left = nd->active[i].est - (double)(now - nd->active[i].start);
+        if (left < nd->active[i].est * 0.1) left = nd->active[i].est * 0.1;
+        if (best < 0 || left < best) best = left;
+    }
+    return best > 0 ? best : 0;
+}
+
 static place_candidate candidate(const node *nd, const reg_request *rq, const char *const *ex, int nex, int64_t now)
 {
     const char *model = rq->model;
@@ -523,9 +549,10 @@ static place_candidate candidate(const node *nd, const reg_request *rq, const ch
                              .excluded = excluded(nd->id, ex, nex) || (rq->trusted_only && nd->external),
                              .inflight = nd->inflight,
                              .slots = slots, .evicting = evicting, .free_vram = nd->free_vram,
+                             .busy_until_ms = first_free_ms(nd, now),
                              .engine_busy = nd->engine_busy,
                              .engine_queued = nd->engine_queued, .ttft_ms = m ? m->ttft_ms : 0,
-                             .tps = m ? m->tps : 0, .load_ms = m ? m->load_ms : 0,
+                             .tps = m ? m->tps : 0, .load_ms = m ? m->load_ms : 0, .samples = m ? m->samples : 0,
                              .success = smoothed_success(nd, now), .temp_c = nd->temp_c,
                              .throttled = nd->throttled, .link_bytes_per_ms = nd->prof.link_bytes_per_ms};
 }
@@ -565,6 +592,8 @@ static place_block try_acquire(registry *r, const reg_request *rq, const char *c
     }
     nd->inflight++;
     r->rr_ticket++;
+    out->seq = ++r->lease_seq;
+    if (nd->nactive < 32) nd->active[nd->nactive++] = (active_lease){out->seq, now, est};
     if (nd->half_open) nd->probing = 1;
     if (cold) r->cold_starts++;
     snprintf(out->node_id, sizeof out->node_id, "%s", nd->id);
@@ -646,6 +675,8 @@ void registry_release(registry *r, const node_lease *l, int64_t now, int served)
     pthread_mutex_lock(&r->mu);
     node *nd = find_by_id(r, l->node_id);
     if (nd && nd->inflight > 0) nd->inflight--;
+    for (int i = 0; nd && i < nd->nactive; i++)
+        if (nd->active[i].seq == l->seq) { nd->active[i] = nd->active[--nd->nactive]; break; }
     if (nd && served) {
         if (nd->half_open) log_info("node %s: probe answered, circuit closed", nd->id);
         nd->fails = 0;

@@ -51,6 +51,7 @@ typedef struct node_lease {
     int cold;                 /* the node had to start the model */
     int external;             /* external capacity (a cloud backend) */
     double est_ms;            /* placement's estimate of the service time */
+    uint32_t seq;             /* which lease of the node, for its release */
 } node_lease;
 
 registry *registry_new(const registry_cfg *cfg);

@@ -13,6 +13,8 @@
 #define DEFAULT_LOAD_MS 20000.0
 #define DEFAULT_MAX_TOKENS 256.0
 #define DEFAULT_LINK_BYTES_PER_MS 100000.0
+/* Passing over a free node needs figures for it, not the defaults. */
+#define DEFER_MIN_SAMPLES 3
 
 int place_policy_parse(const char *s, place_policy *out)
 {
@@ -116,10 +118,13 @@ double placement_score(const place_weights *w, const place_request *rq, const pl
     /* With every slot taken, requests already waiting for this node are in
      * line before this one too. */
     if (occ >= slots && rq->queued_ahead > 0) occ += rq->queued_ahead;
-    /* Waiting for a slot: the first of `slots` running requests ends after
-     * about a (slots+1)th of a request's time, later with more in line.  And
-     * sharing the engine's batch slows each request down somewhat. */
-    double wait = occ >= slots ? (occ - slots + 1) * service / (slots + 1) : 0;
+    /* Waiting for a slot: until the first running request should end (when
+     * the registry knows), or about a (slots+1)th of a request's time; then
+     * a slot's share of each request in line before this one.  And sharing
+     * the engine's batch slows each request down somewhat. */
+    double wait = 0;
+    if (occ >= slots && c->busy_until_ms > 0) wait = c->busy_until_ms + (occ - slots) * service / slots;
+    else if (occ >= slots) wait = (occ - slots + 1) * service / (slots + 1);
     double shared = 0.25 * service * (occ < slots ? occ : slots) / slots;
     double link = c->link_bytes_per_ms > 0 ? c->link_bytes_per_ms : DEFAULT_LINK_BYTES_PER_MS;
     double xfer = rq->payload_bytes > 0 ? rq->payload_bytes / link : 0;
@@ -162,7 +167,7 @@ static int pick_score(const place_cfg *cfg, const place_request *rq, const place
             best_s = s;
         }
     }
-    if (best >= 0 && cfg->w.defer > 0 && busy_s >= 0) {
+    if (best >= 0 && cfg->w.defer > 0 && busy_s >= 0 && c[best].samples >= DEFER_MIN_SAMPLES) {
         int prio = rq->priority < 0 ? 0 : rq->priority > 9 ? 9 : rq->priority;
         double defer = cfg->w.defer + (1 - cfg->w.defer) * prio / 10.0;
         if (busy_s < defer * best_s) return PLACE_DEFER;

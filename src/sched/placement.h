@@ -19,7 +19,8 @@
  * not tried already for this request, has a free slot, and serves the model
  * or can start it within its free VRAM (the planner's need).  When a busy
  * node would still finish much sooner than any free one, the request waits
- * for it (PLACE_DEFER) instead of going to a slow node: "much" is `defer`
+ * for it (PLACE_DEFER) instead of going to a slow node, once the free node's
+ * figures rest on a few calls (not on a guess): "much" is `defer`
  * for priority 0 and nears 1 for priority 9, so urgent work waits for fast
  * nodes and leaves the slow ones to work that can afford them.
  *
@@ -72,11 +73,13 @@ typedef struct place_candidate {
     int excluded;     /* already tried for this request */
     int inflight;     /* requests the coordinator has on it */
     int slots;        /* engine slots; <= 0 counts as 1 */
+    double busy_until_ms; /* with every slot taken: when the first should free (0 = not known) */
     uint64_t free_vram;
     /* load signals the node's engines report (0 when they report none) */
     int engine_busy, engine_queued;
     /* the node's profile for this model (0 = not measured) */
     double ttft_ms, tps, load_ms;
+    int samples;      /* how many calls those figures come from */
     double success;   /* success rate over the last hour, 0..1; < 0 unknown */
     int temp_c;       /* hottest GPU; < 0 unknown */
     int throttled;

@@ -8,6 +8,7 @@
  * game, thermal throttling) shows within a few calls, one odd call does not. */
 #define ALPHA 0.2
 #define LINK_MIN_BYTES 16384.0
+#define MIN_TPS_TOKENS 8
 
 static double ewma(double old, double sample)
 {
@@ -43,7 +44,8 @@ int profile_derive(const call_sample *s, double prior_ttft_ms, double *ttft_ms, 
         if (first <= 0 || first >= s->total_ms) first = 0;
         decode_ms = s->total_ms - first;
     }
-    if (decode_ms > 0) *tps = (s->completion_tokens - 1) * 1000.0 / decode_ms;
+    /* A few tokens say more about the call's overhead than about decoding. */
+    if (decode_ms > 0 && s->completion_tokens >= MIN_TPS_TOKENS) *tps = (s->completion_tokens - 1) * 1000.0 / decode_ms;
     return 0;
 }
 

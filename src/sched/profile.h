@@ -43,7 +43,8 @@ typedef struct call_sample {
 
 /* Derives time to first token and decode speed from a sample, using the
  * engine's timings when it gave them and `prior_ttft_ms` to split a plain
- * total otherwise.  Returns 0 and fills what it could (0 = unknown). */
+ * total otherwise; answers under 8 tokens give no speed.  Returns 0 and
+ * fills what it could (0 = unknown). */
 /* Fills completion_tokens and the engine's own timings (llama-server's
  * "timings": prompt_ms, predicted_ms) from an OpenAI answer body. */
 void call_sample_parse_answer(call_sample *s, const char *body, size_t len);

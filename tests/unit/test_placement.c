@@ -203,9 +203,12 @@ static void pick_waits_for_a_much_faster_busy_node(void **state)
 {
     (void)state;
     place_candidate c[] = {
-        NODE(.id = "fast", .has_model = 1, .slots = 2, .inflight = 2, .ttft_ms = 50, .tps = 100),
-        NODE(.id = "slow", .has_model = 1, .slots = 2, .ttft_ms = 500, .tps = 5),
+        NODE(.id = "fast", .has_model = 1, .slots = 2, .inflight = 2, .ttft_ms = 50, .tps = 100, .samples = 9),
+        NODE(.id = "slow", .has_model = 1, .slots = 2, .ttft_ms = 500, .tps = 5, .samples = 2),
     };
+    /* two calls are not enough to pass a free node over */
+    assert_int_equal(pick(c, 2), 1);
+    c[1].samples = 3;
     assert_int_equal(pick(c, 2), PLACE_DEFER);
     /* not when the free node is nearly as good */
     c[1].tps = 80;
@@ -357,6 +360,9 @@ static void profile_derives_speed_from_what_it_gets(void **state)
     call_sample plain = {.total_ms = 1200, .completion_tokens = 101};
     profile_derive(&plain, 200, &ttft, &tps); /* the prior ttft splits the total */
     assert_true(ttft == 0 && tps > 99.9 && tps < 100.1);
+    call_sample few = {.total_ms = 30, .completion_tokens = 4};
+    profile_derive(&few, 0, &ttft, &tps);
+    assert_true(tps == 0); /* four tokens say nothing about decoding speed */
     call_sample one = {.total_ms = 80, .completion_tokens = 1};
     profile_derive(&one, 0, &ttft, &tps);
     assert_true(ttft == 80 && tps == 0);
