@@ -12,6 +12,7 @@
  * hit's use time is written under the write lock, and the file is read only
  * at open. */
 #include "policy/cache.h"
+#include "util/err.h"
 #include "policy/cache_db.h"
 #include "policy/embed.h"
 #include "policy/vecdot.h"
@@ -97,17 +98,6 @@ void cache_hit_free(cache_hit *h)
     h->answer = NULL;
 }
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || !errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    for (char *p = err; *p; p++)
-        if (*p == '\n' || *p == '\r') *p = ' ';
-}
 
 static void frame(EVP_MD_CTX *md, const void *p, size_t n)
 {
@@ -550,7 +540,7 @@ int semcache_insert(semcache *c, const cache_key *key, const float *vec, int dim
     }
     entry *e = NULL;
     if (rc == 0 && !(e = add_entry(c, key, key->tier, dim, bkey, row, vh, answer, len, now_ms, now_ms, id))) {
-        set_err(c->err, sizeof c->err, "cache: out of memory");
+        err_out(c->err, sizeof c->err, "cache: out of memory");
         rc = -1;
     }
     if (tx_end(c, rc == 0) != 0) {
@@ -672,7 +662,7 @@ static int load_row(const cache_db_row *r, void *arg)
     if (bucket_key(c, &k, r->tier, r->dim, bkey) != 0 ||
         !add_entry(c, &k, r->tier, r->dim, bkey, l->row, row_hash(l->row, stride), r->answer, r->len,
                    created, used, r->id)) {
-        set_err(c->err, sizeof c->err, "cache: out of memory while loading");
+        err_out(c->err, sizeof c->err, "cache: out of memory while loading");
         return -1;
     }
     return 0;
@@ -684,7 +674,7 @@ static int load(semcache *c, int64_t now)
 {
     loading l = {c, now, alloc_row(MAX_DIM)};
     if (!l.row) {
-        set_err(c->err, sizeof c->err, "cache: out of memory while loading");
+        err_out(c->err, sizeof c->err, "cache: out of memory while loading");
         return -1;
     }
     tx_begin(c);
@@ -693,7 +683,7 @@ static int load(semcache *c, int64_t now)
     if (ok && c->entries) {
         entry **v = malloc(c->entries * sizeof *v);
         if (!v) {
-            set_err(c->err, sizeof c->err, "cache: out of memory while loading");
+            err_out(c->err, sizeof c->err, "cache: out of memory while loading");
             ok = 0;
         } else {
             size_t n = 0;
@@ -714,7 +704,7 @@ semcache *semcache_open(const char *db_path, const cache_config *cfg, int64_t no
 {
     semcache *c = calloc(1, sizeof *c);
     if (!c) {
-        set_err(err, errlen, "cache: out of memory");
+        err_out(err, errlen, "cache: out of memory");
         return NULL;
     }
     if (cfg) c->cfg = *cfg;
@@ -727,13 +717,13 @@ semcache *semcache_open(const char *db_path, const cache_config *cfg, int64_t no
         free(c->slots);
         free(c->embedder);
         free(c);
-        set_err(err, errlen, "cache: out of memory");
+        err_out(err, errlen, "cache: out of memory");
         return NULL;
     }
     c->cfg.embedder = c->embedder;
     if (c->cfg.ttl_ms <= 0) c->cfg.ttl_ms = INT64_MAX / 4;
     if (db_path && (!(c->db = cache_db_open(db_path, err, errlen)) || load(c, now_ms) != 0)) {
-        if (c->db) set_err(err, errlen, "%s", semcache_errmsg(c));
+        if (c->db) err_out(err, errlen, "%s", semcache_errmsg(c));
         semcache_close(c);
         return NULL;
     }

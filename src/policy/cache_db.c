@@ -1,6 +1,7 @@
 /* policy/cache_db: see cache_db.h.  One connection, prepared statements made
  * once; the caller's write lock serialises every call. */
 #include "policy/cache_db.h"
+#include "util/err.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -49,21 +50,10 @@ struct cache_db {
     char err[256];
 };
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || !errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    for (char *p = err; *p; p++)
-        if (*p == '\n' || *p == '\r') *p = ' ';
-}
 
 static int fail(cache_db *d, const char *what)
 {
-    set_err(d->err, sizeof d->err, "cache: %s: %s", what, sqlite3_errmsg(d->db));
+    err_out(d->err, sizeof d->err, "cache: %s: %s", what, sqlite3_errmsg(d->db));
     return -1;
 }
 
@@ -181,7 +171,7 @@ static int setup(cache_db *d, const char *path)
         ver = sqlite3_column_int(v, 0);
     sqlite3_finalize(v);
     if (ver > SCHEMA_VERSION) {
-        set_err(d->err, sizeof d->err, "cache: %s has schema version %d, newer than this gpupool's %d", path,
+        err_out(d->err, sizeof d->err, "cache: %s has schema version %d, newer than this gpupool's %d", path,
                 ver, SCHEMA_VERSION);
         return -1;
     }
@@ -205,25 +195,25 @@ cache_db *cache_db_open(const char *path, char *err, size_t errlen)
 {
     cache_db *d = calloc(1, sizeof *d);
     if (!d) {
-        set_err(err, errlen, "cache: out of memory");
+        err_out(err, errlen, "cache: out of memory");
         return NULL;
     }
     /* The file holds answers to private requests: only this user reads it
      * (SQLite gives the -wal and -shm files the same mode). */
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (fd < 0) {
-        set_err(err, errlen, "cache: cannot open %s: %s", path, strerror(errno));
+        err_out(err, errlen, "cache: cannot open %s: %s", path, strerror(errno));
         free(d);
         return NULL;
     }
     close(fd);
     if (sqlite3_open_v2(path, &d->db, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK) {
-        set_err(err, errlen, "cache: %s: %s", path, d->db ? sqlite3_errmsg(d->db) : "out of memory");
+        err_out(err, errlen, "cache: %s: %s", path, d->db ? sqlite3_errmsg(d->db) : "out of memory");
         cache_db_close(d);
         return NULL;
     }
     if (setup(d, path) != 0) {
-        set_err(err, errlen, "%s", d->err);
+        err_out(err, errlen, "%s", d->err);
         cache_db_close(d);
         return NULL;
     }

@@ -8,6 +8,7 @@
  * writes runs inside one BEGIN IMMEDIATE transaction under that mutex, so it is
  * atomic and race-free.  Attempt rows are "open" while their outcome is NULL. */
 #include "store/store.h"
+#include "util/err.h"
 #include "util/clock.h"
 #include "util/log.h"
 
@@ -143,21 +144,10 @@ struct store {
 
 /* ---- small helpers ------------------------------------------------------ */
 
-static void fmt_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void fmt_err(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || !errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    for (char *p = err; *p; p++) /* keep it one line */
-        if (*p == '\n' || *p == '\r') *p = ' ';
-}
 
 /* Records the connection's last error as "what: message"; returns STORE_ERR. */
 static int db_err(store *s, const char *what) {
-    fmt_err(s->err, sizeof s->err, "%s: %s", what, sqlite3_errmsg(s->db));
+    err_out(s->err, sizeof s->err, "%s: %s", what, sqlite3_errmsg(s->db));
     return STORE_ERR;
 }
 
@@ -261,7 +251,7 @@ static int close_open_attempts(store *s, const char *id, int64_t ended, const ch
 static int mkdir_p(const char *dir, char *err, size_t errlen) {
     char *p = strdup(dir);
     if (!p) {
-        fmt_err(err, errlen, "store: out of memory");
+        err_out(err, errlen, "store: out of memory");
         return -1;
     }
     for (char *c = p + 1;; c++) {
@@ -269,7 +259,7 @@ static int mkdir_p(const char *dir, char *err, size_t errlen) {
         char save = *c;
         *c = '\0';
         if (mkdir(p, 0700) != 0 && errno != EEXIST) {
-            fmt_err(err, errlen, "store: cannot create directory %s: %s", p, strerror(errno));
+            err_out(err, errlen, "store: cannot create directory %s: %s", p, strerror(errno));
             free(p);
             return -1;
         }
@@ -279,7 +269,7 @@ static int mkdir_p(const char *dir, char *err, size_t errlen) {
     free(p);
     struct stat sb;
     if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-        fmt_err(err, errlen, "store: %s is not a directory", dir);
+        err_out(err, errlen, "store: %s is not a directory", dir);
         return -1;
     }
     return 0;
@@ -319,7 +309,7 @@ static int setup(store *s, const char *path, char *err, size_t errlen) {
     if (query_text(s->db, "PRAGMA user_version", val, sizeof val) != SQLITE_OK) goto fail;
     long ver = strtol(val, NULL, 10);
     if (ver > SCHEMA_VERSION) {
-        fmt_err(err, errlen, "store: %s has schema version %ld, newer than this gpupool's %d",
+        err_out(err, errlen, "store: %s has schema version %ld, newer than this gpupool's %d",
                 path, ver, SCHEMA_VERSION);
         return -1;
     }
@@ -337,7 +327,7 @@ static int setup(store *s, const char *path, char *err, size_t errlen) {
                  SCHEMA_VERSION);
         step = "create schema";
         if (sqlite3_exec(s->db, sql, NULL, NULL, NULL) != SQLITE_OK) {
-            fmt_err(err, errlen, "store: %s: %s: %s", path, step, sqlite3_errmsg(s->db));
+            err_out(err, errlen, "store: %s: %s: %s", path, step, sqlite3_errmsg(s->db));
             sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
             return -1;
         }
@@ -349,14 +339,14 @@ static int setup(store *s, const char *path, char *err, size_t errlen) {
             goto fail;
     return 0;
 fail:
-    fmt_err(err, errlen, "store: %s: %s: %s", path, step, sqlite3_errmsg(s->db));
+    err_out(err, errlen, "store: %s: %s: %s", path, step, sqlite3_errmsg(s->db));
     return -1;
 }
 
 store *store_open(const char *dir, char *err, size_t errlen) {
     if (err && errlen) err[0] = '\0';
     if (!dir || !*dir) {
-        fmt_err(err, errlen, "store: no data directory given");
+        err_out(err, errlen, "store: no data directory given");
         return NULL;
     }
     if (mkdir_p(dir, err, errlen) != 0) return NULL;
@@ -364,7 +354,7 @@ store *store_open(const char *dir, char *err, size_t errlen) {
     char *path = malloc(n);
     store *s = calloc(1, sizeof *s);
     if (!path || !s) {
-        fmt_err(err, errlen, "store: out of memory");
+        err_out(err, errlen, "store: out of memory");
         free(path);
         free(s);
         return NULL;
@@ -374,7 +364,7 @@ store *store_open(const char *dir, char *err, size_t errlen) {
     int rc = sqlite3_open_v2(path, &s->db,
                              SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
     if (rc != SQLITE_OK) {
-        fmt_err(err, errlen, "store: open %s: %s", path,
+        err_out(err, errlen, "store: open %s: %s", path,
                 s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
         goto fail;
     }

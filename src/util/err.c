@@ -11,6 +11,9 @@ int err_out(char *err, size_t errlen, const char *fmt, ...)
         va_start(ap, fmt);
         vsnprintf(err, errlen, fmt, ap);
         va_end(ap);
+        /* One line, whatever a library's message holds. */
+        for (char *p = err; *p; p++)
+            if (*p == '\n' || *p == '\r') *p = ' ';
     }
     return -1;
 }

@@ -2,6 +2,7 @@
  * worker builds and runs on machines without the NVIDIA driver), the
  * nvidia-smi fallback and the fake GPUs used by tests and demos. */
 #include "worker/gpu.h"
+#include "util/err.h"
 
 #include <ctype.h>
 #include <dlfcn.h>
@@ -71,16 +72,6 @@ struct gpu_probe {
     int64_t release_ms;
 };
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 /* Copying the bytes avoids the object-to-function pointer cast that ISO C
  * leaves undefined (POSIX guarantees the representations match). */
@@ -173,14 +164,14 @@ static int nvml_read(nvml_api *n, gpu_info *out, int max, char *err, size_t errl
     unsigned int cnt = 0;
     nvmlReturn_t rc = n->count(&cnt);
     if (rc != NVML_SUCCESS) {
-        set_err(err, errlen, "nvmlDeviceGetCount failed: %s", nvml_why(n, rc, why, sizeof why));
+        err_out(err, errlen, "nvmlDeviceGetCount failed: %s", nvml_why(n, rc, why, sizeof why));
         return -1;
     }
     int got = 0;
     for (unsigned int i = 0; i < cnt && got < max; i++) {
         nvmlDevice_t d;
         if ((rc = n->handle(i, &d)) != NVML_SUCCESS) {
-            set_err(err, errlen, "GPU %u does not answer: %s", i, nvml_why(n, rc, why, sizeof why));
+            err_out(err, errlen, "GPU %u does not answer: %s", i, nvml_why(n, rc, why, sizeof why));
             return -1;
         }
         gpu_info *g = &out[got];
@@ -194,7 +185,7 @@ static int nvml_read(nvml_api *n, gpu_info *out, int max, char *err, size_t errl
         g->uuid[sizeof g->uuid - 1] = 0;
         nvmlMemory_t m;
         if ((rc = n->memory(d, &m)) != NVML_SUCCESS) {
-            set_err(err, errlen, "GPU %u memory cannot be read: %s", i, nvml_why(n, rc, why, sizeof why));
+            err_out(err, errlen, "GPU %u memory cannot be read: %s", i, nvml_why(n, rc, why, sizeof why));
             return -1;
         }
         g->total_bytes = m.total;
@@ -268,7 +259,7 @@ static int smi_read(const char *path, gpu_info *out, int max, char *err, size_t 
     int got = text ? gpu_parse_smi_csv(text, out, max) : 0;
     free(text);
     if (!text || (got == 0 && status != 0)) {
-        set_err(err, errlen, "nvidia-smi failed (status %d)", status);
+        err_out(err, errlen, "nvidia-smi failed (status %d)", status);
         return -1;
     }
     text = smi_run(path, "--query-compute-apps=pid,used_memory,gpu_uuid", &status);
@@ -439,19 +430,19 @@ gpu_probe *gpu_probe_open(const char *const *fakes, char *err, size_t errlen)
     if (err && errlen) err[0] = 0;
     gpu_probe *p = calloc(1, sizeof *p);
     if (!p) {
-        set_err(err, errlen, "out of memory");
+        err_out(err, errlen, "out of memory");
         return NULL;
     }
     if (fakes && fakes[0]) {
         for (int i = 0; fakes[i]; i++) {
             if (i >= GPU_MAX) {
-                set_err(err, errlen, "at most %d fake GPUs", GPU_MAX);
+                err_out(err, errlen, "at most %d fake GPUs", GPU_MAX);
                 free(p);
                 return NULL;
             }
             int k = gpu_parse_fake_line(fakes[i], i, &p->fakes[i], err, errlen);
             if (k != 1) {
-                if (k == 0 || k == 2) set_err(err, errlen, "fake GPU \"%s\": expected NAME:TOTAL_GB:FREE_GB", fakes[i]);
+                if (k == 0 || k == 2) err_out(err, errlen, "fake GPU \"%s\": expected NAME:TOTAL_GB:FREE_GB", fakes[i]);
                 free(p);
                 return NULL;
             }
@@ -482,11 +473,11 @@ gpu_probe *gpu_probe_open_file(const char *path, char *err, size_t errlen)
     if (err && errlen) err[0] = 0;
     gpu_probe *p = calloc(1, sizeof *p);
     if (!p) {
-        set_err(err, errlen, "out of memory");
+        err_out(err, errlen, "out of memory");
         return NULL;
     }
     if (!path || strlen(path) >= sizeof p->fake_file) {
-        set_err(err, errlen, "fake GPU file name missing or too long");
+        err_out(err, errlen, "fake GPU file name missing or too long");
         free(p);
         return NULL;
     }
@@ -495,7 +486,7 @@ gpu_probe *gpu_probe_open_file(const char *path, char *err, size_t errlen)
     gpu_info tmp[GPU_MAX];
     if (gpu_read_fake_file(path, tmp, GPU_MAX, p->error, sizeof p->error) < 0 &&
         !strstr(p->error, "marks the GPU lost")) {
-        set_err(err, errlen, "%s", p->error);
+        err_out(err, errlen, "%s", p->error);
         free(p);
         return NULL;
     }
@@ -536,7 +527,7 @@ static int nvml_read_again(gpu_probe *p, gpu_info *out, int max)
         nvmlReturn_t rc = p->nvml.init();
         if (rc != NVML_SUCCESS) {
             char why[96];
-            set_err(p->error, sizeof p->error, "NVML cannot start again: %s", nvml_why(&p->nvml, rc, why, sizeof why));
+            err_out(p->error, sizeof p->error, "NVML cannot start again: %s", nvml_why(&p->nvml, rc, why, sizeof why));
             return -1;
         }
     }

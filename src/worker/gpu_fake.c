@@ -3,6 +3,7 @@
  * processes appear or the GPU get lost.  Part of the gpu module; its API is
  * in gpu.h. */
 #include "worker/gpu.h"
+#include "util/err.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -16,16 +17,6 @@
 
 #define GIB 1073741824.0
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 static char *trim(char *s)
 {
@@ -41,16 +32,16 @@ static int parse_gib(const char *s, const char *what, double *v, char *err, size
     errno = 0;
     double d = strtod(s, &end);
     if (!*s || isspace((unsigned char)*s) || end == s || *end || errno || !isfinite(d)) {
-        set_err(err, errlen, "fake GPU %s \"%s\" is not a number", what, s);
+        err_out(err, errlen, "fake GPU %s \"%s\" is not a number", what, s);
         return -1;
     }
     if (d < 0) {
-        set_err(err, errlen, "fake GPU %s %s is negative", what, s);
+        err_out(err, errlen, "fake GPU %s %s is negative", what, s);
         return -1;
     }
     /* 1 PiB: far beyond any GPU, and keeps the byte count well inside int64. */
     if (d > 1048576.0) {
-        set_err(err, errlen, "fake GPU %s %s GB is too large", what, s);
+        err_out(err, errlen, "fake GPU %s %s GB is too large", what, s);
         return -1;
     }
     *v = d;
@@ -60,7 +51,7 @@ static int parse_gib(const char *s, const char *what, double *v, char *err, size
 static int parse_fake_at(const char *spec, int index, gpu_info *out, char *err, size_t errlen)
 {
     if (!spec || !out) {
-        set_err(err, errlen, "fake GPU spec missing");
+        err_out(err, errlen, "fake GPU spec missing");
         return -1;
     }
     /* Split from the right so a name may itself contain ':'. */
@@ -70,31 +61,31 @@ static int parse_fake_at(const char *spec, int index, gpu_info *out, char *err, 
         for (const char *q = c2; q > spec;)
             if (*--q == ':') { c1 = q; break; }
     if (!c1) {
-        set_err(err, errlen, "fake GPU \"%s\": expected NAME:TOTAL_GB:FREE_GB", spec);
+        err_out(err, errlen, "fake GPU \"%s\": expected NAME:TOTAL_GB:FREE_GB", spec);
         return -1;
     }
     size_t nlen = (size_t)(c1 - spec);
     if (nlen == 0) {
-        set_err(err, errlen, "fake GPU \"%s\": name is empty", spec);
+        err_out(err, errlen, "fake GPU \"%s\": name is empty", spec);
         return -1;
     }
     if (nlen >= sizeof out->name) {
-        set_err(err, errlen, "fake GPU name is longer than %zu characters", sizeof out->name - 1);
+        err_out(err, errlen, "fake GPU name is longer than %zu characters", sizeof out->name - 1);
         return -1;
     }
     for (size_t i = 0; i < nlen; i++)
         if ((unsigned char)spec[i] < 0x20 || spec[i] == 0x7f) {
-            set_err(err, errlen, "fake GPU name contains a control character");
+            err_out(err, errlen, "fake GPU name contains a control character");
             return -1;
         }
     char tot[64], fr[64];
     size_t tlen = (size_t)(c2 - c1 - 1), flen = strlen(c2 + 1);
     if (tlen == 0 || flen == 0) {
-        set_err(err, errlen, "fake GPU \"%s\": expected NAME:TOTAL_GB:FREE_GB", spec);
+        err_out(err, errlen, "fake GPU \"%s\": expected NAME:TOTAL_GB:FREE_GB", spec);
         return -1;
     }
     if (tlen >= sizeof tot || flen >= sizeof fr) {
-        set_err(err, errlen, "fake GPU \"%s\": size is not a number", spec);
+        err_out(err, errlen, "fake GPU \"%s\": size is not a number", spec);
         return -1;
     }
     memcpy(tot, c1 + 1, tlen);
@@ -106,11 +97,11 @@ static int parse_fake_at(const char *spec, int index, gpu_info *out, char *err, 
     if (parse_gib(tot, "total", &total, err, errlen) != 0) return -1;
     if (parse_gib(fr, "free", &freeg, err, errlen) != 0) return -1;
     if (total <= 0) {
-        set_err(err, errlen, "fake GPU \"%s\": total must be above zero", spec);
+        err_out(err, errlen, "fake GPU \"%s\": total must be above zero", spec);
         return -1;
     }
     if (freeg > total) {
-        set_err(err, errlen, "fake GPU \"%s\": free %s GB exceeds total %s GB", spec, fr, tot);
+        err_out(err, errlen, "fake GPU \"%s\": free %s GB exceeds total %s GB", spec, fr, tot);
         return -1;
     }
 
@@ -147,18 +138,18 @@ int gpu_parse_fake(const char *spec, gpu_info *out, char *err, size_t errlen)
 static int parse_fake_proc(const char *tok, gpu_info *g, char *err, size_t errlen)
 {
     if (strncmp(tok, "proc=", 5)) {
-        set_err(err, errlen, "fake GPU line: \"%s\" is not proc=PID[:USED_GB]", tok);
+        err_out(err, errlen, "fake GPU line: \"%s\" is not proc=PID[:USED_GB]", tok);
         return -1;
     }
     if (g->nprocs >= GPU_MAX_PROCS) {
-        set_err(err, errlen, "fake GPU line: at most %d processes", GPU_MAX_PROCS);
+        err_out(err, errlen, "fake GPU line: at most %d processes", GPU_MAX_PROCS);
         return -1;
     }
     char *end;
     errno = 0;
     long pid = strtol(tok + 5, &end, 10);
     if (end == tok + 5 || errno || pid <= 0 || pid > 0x7fffffffL || (*end && *end != ':')) {
-        set_err(err, errlen, "fake GPU line: \"%s\" has no valid pid", tok);
+        err_out(err, errlen, "fake GPU line: \"%s\" has no valid pid", tok);
         return -1;
     }
     uint64_t used = GPU_USED_UNKNOWN;
@@ -175,7 +166,7 @@ int gpu_parse_fake_line(const char *line, int index, gpu_info *out, char *err, s
 {
     char copy[1024];
     if (!line || strlen(line) >= sizeof copy) {
-        set_err(err, errlen, "fake GPU line missing or too long");
+        err_out(err, errlen, "fake GPU line missing or too long");
         return -1;
     }
     snprintf(copy, sizeof copy, "%s", line);
@@ -198,7 +189,7 @@ int gpu_read_fake_file(const char *path, gpu_info *out, int max, char *err, size
 {
     char *text = read_small_file(path, 1 << 16);
     if (!text) {
-        set_err(err, errlen, "cannot read the fake GPU file %s: %s", path, strerror(errno));
+        err_out(err, errlen, "cannot read the fake GPU file %s: %s", path, strerror(errno));
         return -1;
     }
     int n = 0, rc = 0, lineno = 0;
@@ -209,14 +200,14 @@ int gpu_read_fake_file(const char *path, gpu_info *out, int max, char *err, size
         char why[200] = "";
         int k = gpu_parse_fake_line(line, n, &g, why, sizeof why);
         if (k == 2) {
-            set_err(err, errlen, "the fake GPU file marks the GPU lost (%s)", path);
+            err_out(err, errlen, "the fake GPU file marks the GPU lost (%s)", path);
             rc = -1;
         } else if (k < 0) {
-            set_err(err, errlen, "%s line %d: %s", path, lineno, why);
+            err_out(err, errlen, "%s line %d: %s", path, lineno, why);
             rc = -1;
         } else if (k == 1) {
             if (n >= max) {
-                set_err(err, errlen, "%s: at most %d GPUs", path, max);
+                err_out(err, errlen, "%s: at most %d GPUs", path, max);
                 rc = -1;
             } else {
                 out[n++] = g;

@@ -1,5 +1,6 @@
 /* worker/owner: see owner.h. */
 #include "worker/owner.h"
+#include "util/err.h"
 
 #include <ctype.h>
 #include <stdarg.h>
@@ -16,15 +17,6 @@ const char *owner_rule_name(owner_rule r)
     return r >= 0 && r < OWNER_RULES ? n[r] : "unknown";
 }
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 /* "8 GiB", "3.2 GiB", "600 MiB": what people read in a reason. */
 static const char *size_text(uint64_t b, char *out, size_t len)
@@ -101,7 +93,7 @@ static int parse_window(const char *tok, size_t len, owner_window *w, char *err,
     size_t tlen = len;
     if (sp) {
         if (parse_days(tok, (size_t)(sp - tok), &w->days)) {
-            set_err(err, errlen, "serving hours \"%.*s\": \"%.*s\" is not a day, a range like mon-fri, "
+            err_out(err, errlen, "serving hours \"%.*s\": \"%.*s\" is not a day, a range like mon-fri, "
                     "weekdays, weekends or daily", (int)len, tok, (int)(sp - tok), tok);
             return -1;
         }
@@ -112,15 +104,15 @@ static int parse_window(const char *tok, size_t len, owner_window *w, char *err,
     const char *dash = memchr(times, '-', tlen);
     if (!dash || parse_clock(times, (size_t)(dash - times), &w->start_min) ||
         parse_clock(dash + 1, tlen - (size_t)(dash - times) - 1, &w->end_min)) {
-        set_err(err, errlen, "serving hours \"%.*s\": expected [DAYS ]HH:MM-HH:MM", (int)len, tok);
+        err_out(err, errlen, "serving hours \"%.*s\": expected [DAYS ]HH:MM-HH:MM", (int)len, tok);
         return -1;
     }
     if (w->start_min == 1440) {
-        set_err(err, errlen, "serving hours \"%.*s\": a window cannot start at 24:00", (int)len, tok);
+        err_out(err, errlen, "serving hours \"%.*s\": a window cannot start at 24:00", (int)len, tok);
         return -1;
     }
     if (w->start_min == w->end_min) {
-        set_err(err, errlen, "serving hours \"%.*s\": the window is empty (all day is 00:00-24:00)", (int)len, tok);
+        err_out(err, errlen, "serving hours \"%.*s\": the window is empty (all day is 00:00-24:00)", (int)len, tok);
         return -1;
     }
     return 0;
@@ -129,7 +121,7 @@ static int parse_window(const char *tok, size_t len, owner_window *w, char *err,
 int owner_parse_hours(const char *spec, owner_policy *p, char *err, size_t errlen)
 {
     if (!spec || !*spec) {
-        set_err(err, errlen, "serving hours are empty");
+        err_out(err, errlen, "serving hours are empty");
         return -1;
     }
     const char *s = spec;
@@ -140,11 +132,11 @@ int owner_parse_hours(const char *spec, owner_policy *p, char *err, size_t errle
         const char *e = end;
         while (e > s && isspace((unsigned char)e[-1])) e--;
         if (e == s) {
-            set_err(err, errlen, "serving hours \"%s\": an empty window", spec);
+            err_out(err, errlen, "serving hours \"%s\": an empty window", spec);
             return -1;
         }
         if (p->nhours >= OWNER_MAX_WINDOWS) {
-            set_err(err, errlen, "at most %d serving windows", OWNER_MAX_WINDOWS);
+            err_out(err, errlen, "at most %d serving windows", OWNER_MAX_WINDOWS);
             return -1;
         }
         owner_window w;
