@@ -16,6 +16,7 @@ typedef struct active_lease {
     uint32_t seq;
     int64_t start;
     double est;
+    char model[64];
 } active_lease;
 
 typedef struct node {
@@ -514,19 +515,60 @@ static double smoothed_success(const node *nd, int64_t now)
     return (rate * calls + 4) / (calls + 4);
 }
 
-/* When the node's first slot should free, in ms from now, from the leases
- * out there (0 when it has a free slot, or nothing is known).  A lease past
- * its estimate is taken to need a tenth of it more. */
-static double first_free_ms(const node *nd, int64_t now)
+/* The node as one model sees it: the slots of the engines serving that
+ * model, their own load, and the requests the pool has out for it there,
+ * with when the first of those should end.  A node runs an engine per
+ * model, so one model's full engine leaves another's free.  A model not
+ * running yet has one slot: the request that starts it; the rest wait for
+ * the start to finish rather than all paying for it. */
+typedef struct model_view {
+    int slots, busy, queued, inflight;
+    double first_free_ms;
+} model_view;
+
+static int lists(json_t *models, const char *model)
 {
-    if (nd->nactive == 0 || nd->inflight < (nd->slots > 0 ? nd->slots : 1)) return 0;
+    size_t i;
+    json_t *m;
+    json_array_foreach(models, i, m) if (json_string_value(m) && !strcmp(json_string_value(m), model)) return 1;
+    return 0;
+}
+
+static model_view view_for(const node *nd, const char *model, int64_t now)
+{
+    model_view v = {0};
+    if (nd->external) {
+        v.slots = nd->slots;
+        v.inflight = nd->inflight;
+    } else {
+        size_t i;
+        json_t *e;
+        json_array_foreach(nd->engines, i, e) {
+            if (!json_is_true(json_object_get(e, "healthy")) || !lists(json_object_get(e, "models"), model)) continue;
+            json_int_t sl = json_integer_value(json_object_get(e, "slots"));
+            v.slots += sl > 0 ? (int)sl : 1;
+            v.busy += (int)json_integer_value(json_object_get(e, "slots_busy"));
+            v.queued += (int)json_integer_value(json_object_get(e, "queued"));
+        }
+        if (!v.slots) v.slots = 1;
+        for (int k = 0; k < nd->nactive; k++)
+            v.inflight += !strncmp(nd->active[k].model, model, sizeof nd->active[k].model - 1);
+        /* More leases than are tracked: the node's own count bounds them. */
+        if (nd->nactive == (int)(sizeof nd->active / sizeof nd->active[0]) && nd->inflight > v.inflight)
+            v.inflight = nd->inflight;
+    }
+    if (v.inflight < v.slots) return v;
+    /* All taken: the first to end frees one; a lease past its estimate is
+     * taken to need a tenth of it more. */
     double best = -1;
-    for (int i = 0; i < nd->nactive; i++) {
-        double left = nd->active[i].est - (double)(now - nd->active[i].start);
-        if (left < nd->active[i].est * 0.1) left = nd->active[i].est * 0.1;
+    for (int k = 0; k < nd->nactive; k++) {
+        if (strncmp(nd->active[k].model, model, sizeof nd->active[k].model - 1)) continue;
+        double left = nd->active[k].est - (double)(now - nd->active[k].start);
+        if (left < nd->active[k].est * 0.1) left = nd->active[k].est * 0.1;
         if (best < 0 || left < best) best = left;
     }
-    return best > 0 ? best : 0;
+    v.first_free_ms = best > 0 ? best : 0;
+    return v;
 }
 
 static place_candidate candidate(const node *nd, const reg_request *rq, const char *const *ex, int nex, int64_t now)
@@ -536,20 +578,17 @@ static place_candidate candidate(const node *nd, const reg_request *rq, const ch
     uint64_t need = loadable_need(nd, model, &loadable);
     int breaker_ok = !nd->open_until && !(nd->half_open && nd->probing);
     const model_speed *m = profile_speed(&nd->prof, model);
-    /* A model to be started may stop others there.  Its own slots are not
-     * counted until it runs: requests sent to a node that is still loading
-     * all pay for the load (measured: more cold placements, slower p95). */
-    int slots = nd->slots, evicting = 0;
+    /* A model to be started may stop others there. */
+    int evicting = 0;
     json_t *entry = !has_model(nd, model) && loadable ? loadable_entry(nd, model) : NULL;
     if (entry) evicting = json_array_size(json_object_get(entry, "evicts")) > 0;
+    model_view v = view_for(nd, model, now);
     return (place_candidate){.id = nd->id, .ready = nd->state == NODE_READY && breaker_ok,
                              .has_model = has_model(nd, model), .loadable = loadable, .need_bytes = need,
                              .excluded = excluded(nd->id, ex, nex) || (rq->trusted_only && nd->external),
-                             .inflight = nd->inflight,
-                             .slots = slots, .evicting = evicting, .free_vram = nd->free_vram,
-                             .busy_until_ms = first_free_ms(nd, now),
-                             .engine_busy = nd->engine_busy,
-                             .engine_queued = nd->engine_queued, .ttft_ms = m ? m->ttft_ms : 0,
+                             .inflight = v.inflight, .slots = v.slots, .evicting = evicting,
+                             .free_vram = nd->free_vram, .busy_until_ms = v.first_free_ms, .engine_busy = v.busy,
+                             .engine_queued = v.queued, .ttft_ms = m ? m->ttft_ms : 0,
                              .tps = m ? m->tps : 0, .load_ms = m ? m->load_ms : 0, .samples = m ? m->samples : 0,
                              .success = smoothed_success(nd, now), .temp_c = nd->temp_c,
                              .throttled = nd->throttled, .link_bytes_per_ms = nd->prof.link_bytes_per_ms};
@@ -591,7 +630,11 @@ static place_block try_acquire(registry *r, const reg_request *rq, const char *c
     nd->inflight++;
     r->rr_ticket++;
     out->seq = ++r->lease_seq;
-    if (nd->nactive < 32) nd->active[nd->nactive++] = (active_lease){out->seq, now, est};
+    if (nd->nactive < (int)(sizeof nd->active / sizeof nd->active[0])) {
+        active_lease *a = &nd->active[nd->nactive++];
+        *a = (active_lease){.seq = out->seq, .start = now, .est = est};
+        snprintf(a->model, sizeof a->model, "%s", rq->model);
+    }
     if (nd->half_open) nd->probing = 1;
     if (cold) r->cold_starts++;
     snprintf(out->node_id, sizeof out->node_id, "%s", nd->id);
