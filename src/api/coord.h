@@ -8,6 +8,7 @@
 #include "api/lowcode.h"
 #include "http/server.h"
 #include "node/registry.h"
+#include "policy/cache.h"
 #include "sched/dispatch.h"
 #include "store/store.h"
 
@@ -28,6 +29,7 @@ typedef struct coord_cfg {
     const char *models_dir;    /* GGUF files POST /v1/plan may read; NULL = none */
     int stream_continue;       /* a stream that breaks after tokens goes on from another node */
     lowcode_cfg lowcode;       /* CORS, the always-200 envelope, camelCase (api/lowcode) */
+    cache_config cache;        /* the semantic cache's settings (used when coord.cache is open) */
 } coord_cfg;
 
 typedef struct coord {
@@ -36,6 +38,7 @@ typedef struct coord {
     registry *reg;
     dispatcher *disp;
     const struct detect_rules *rules; /* sensitive-data detectors (policy/detect) */
+    semcache *cache;                  /* the semantic cache (api/cache); NULL when off */
     int64_t started_mono;
 } coord;
 

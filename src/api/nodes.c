@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "api/cache.h"
 #include "api/coord.h"
 #include "api/errors.h"
 #include "api/metrics.h"
@@ -89,6 +90,7 @@ void api_metrics(coord *c, http_req *req)
     buf_printf(&out, "gpupool_hedged_attempts_total %llu\n", (unsigned long long)dispatcher_hedges(c->disp));
     metrics_header(&out, "gpupool_uptime_seconds", "gauge", "Seconds since the coordinator started.");
     buf_printf(&out, "gpupool_uptime_seconds %lld\n", (long long)((mono_ms() - c->started_mono) / 1000));
+    api_cache_metrics(c, &out);
     http_respond(req, 200, "text/plain; version=0.0.4; charset=utf-8", out.data, out.len);
     buf_free(&out);
 }

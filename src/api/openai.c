@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/cache.h"
 #include "api/coord.h"
 #include "api/errors.h"
 #include "api/validate.h"
@@ -19,12 +20,29 @@
 
 #define MAX_TRIES 8
 
-/* Nodes a request already failed on, carried from the fast path to the
- * blocking one so the retry goes elsewhere. */
+/* What the fast path hands the blocking one: the nodes the request already
+ * failed on, so the retry goes elsewhere, and the cache lookup it already
+ * made, so a request is looked up (and counted) once. */
 typedef struct tried_nodes {
     char ids[MAX_TRIES][40];
     int n;
+    int looked_up;
+    api_cache_req cache;
 } tried_nodes;
+
+/* A carry for the blocking path; NULL when memory ran out (the retry then
+ * may try the same node, and the request is looked up again). */
+static tried_nodes *carry_new(http_req *req, const api_cache_req *cr)
+{
+    tried_nodes *t = calloc(1, sizeof *t);
+    if (!t) return NULL;
+    if (cr) {
+        t->looked_up = 1;
+        t->cache = *cr;
+    }
+    http_req_set_ctx(req, t, free);
+    return t;
+}
 
 /* What the call taught about the node, for its profile (callers skip calls
  * the client left, which teach nothing). */
@@ -135,7 +153,8 @@ void api_served_by(http_req *req, const node_lease *l, const char *private_rule)
 static int engine_failed(long status) { return status >= 500 && status != 501 && status != 505; }
 
 static int forward_buffered(coord *c, http_req *req, const http_call_opts *o, const node_lease *lease,
-                            const char *private_rule, int may_retry, char *why, size_t whylen)
+                            const char *private_rule, const api_cache_req *cr, int may_retry, char *why,
+                            size_t whylen)
 {
     http_result res;
     int64_t t0 = mono_us();
@@ -152,6 +171,7 @@ static int forward_buffered(coord *c, http_req *req, const http_call_opts *o, co
     } else if (res.status && !api_node_refused(res.status, res.body)) {
         api_served_by(req, lease, private_rule);
         relay_respond_result(req, &res);
+        api_cache_store(c, cr, res.status, res.body, res.body_len);
     } else {
         char said[200];
         if (res.status) api_error_text(res.body, res.body_len, "refused the request", said, sizeof said);
@@ -167,6 +187,14 @@ void api_openai_proxy(coord *c, http_req *req, int kind)
 {
     prepared pr;
     if (prepare(c, req, (api_kind)kind, &pr)) return;
+    tried_nodes *earlier = http_req_ctx(req);
+    api_cache_req cache = {0};
+    if (earlier && earlier->looked_up) cache = earlier->cache;
+    else if (kind == KIND_CHAT &&
+             api_cache_begin(c, req, pr.body, pr.cls.is_private, pr.cls.is_private ? pr.cls.rule : NULL, &cache)) {
+        json_decref(pr.body);
+        return;
+    }
     json_decref(pr.body);
     const char *model = pr.model;
     int stream = pr.stream;
@@ -178,7 +206,6 @@ void api_openai_proxy(coord *c, http_req *req, int kind)
     const char *tried[MAX_TRIES];
     char tried_ids[MAX_TRIES][40];
     int ntried = 0;
-    tried_nodes *earlier = http_req_ctx(req);
     for (int i = 0; earlier && i < earlier->n; i++) {
         snprintf(tried_ids[ntried], sizeof tried_ids[ntried], "%s", earlier->ids[i]);
         tried[ntried] = tried_ids[ntried];
@@ -214,10 +241,10 @@ void api_openai_proxy(coord *c, http_req *req, int kind)
         http_call_opts o = {.method = "POST", .url = url, .body = raw, .body_len = len,
                             .bearer = lease.token, .timeout_ms = stream ? 0 : c->cfg.upstream_timeout_ms,
                             .idle_timeout_ms = stream ? c->cfg.upstream_timeout_ms : 0};
-        int done = stream ? api_forward_stream(c, req, &o, &lease, &rq, (api_kind)kind, private_rule, tried, ntried,
-                                               last_error, sizeof last_error)
-                          : forward_buffered(c, req, &o, &lease, private_rule, attempt + 1 < tries, last_error,
-                                             sizeof last_error);
+        int done = stream ? api_forward_stream(c, req, &o, &lease, &rq, (api_kind)kind, private_rule, &cache, tried,
+                                               ntried, last_error, sizeof last_error)
+                          : forward_buffered(c, req, &o, &lease, private_rule, &cache, attempt + 1 < tries,
+                                             last_error, sizeof last_error);
         if (done) return;
         log_warn("request for %s: node %s failed before answering (%s); trying another", model,
                  lease.node_id, last_error);
@@ -250,6 +277,7 @@ typedef struct fast_call {
     node_lease lease;
     int64_t started_us;
     char private_rule[64];
+    api_cache_req cache;
 } fast_call;
 
 static void fast_done(void *ctx, http_result *res)
@@ -263,6 +291,7 @@ static void fast_done(void *ctx, http_result *res)
     if (res->status && !api_node_refused(res->status, res->body) && !retry) {
         api_served_by(req, &f->lease, f->private_rule);
         relay_respond_result(req, res);
+        api_cache_store(f->c, &f->cache, res->status, res->body, res->body_len);
         http_req_complete(req);
     } else if (res->status == 0 && http_req_client_gone(req)) {
         api_error(req, 499, "invalid_request_error", "client_closed", NULL, "the client left");
@@ -273,11 +302,10 @@ static void fast_done(void *ctx, http_result *res)
         const char *why = retry ? "the engine failed" : res->status ? "refused the request" : res->error;
         if (!retry) registry_mark_unreachable(f->c->reg, f->lease.node_id, why, mono_ms());
         log_warn("node %s failed before answering (%s); trying another", f->lease.node_id, why);
-        tried_nodes *t = calloc(1, sizeof *t);
+        tried_nodes *t = carry_new(req, &f->cache);
         if (t) {
             snprintf(t->ids[0], sizeof t->ids[0], "%s", f->lease.node_id);
             t->n = 1;
-            http_req_set_ctx(req, t, free);
         }
         http_req_run_handler(req);
     }
@@ -289,16 +317,30 @@ http_fast_rc api_openai_fast(coord *c, http_req *req, int kind)
     prepared pr;
     if (prepare(c, req, (api_kind)kind, &pr)) return HTTP_HANDLED;
     json_t *body = pr.body;
-    /* Streams, and calls that would have to wait for a slot, block a pool
-     * thread instead; so do calls while others already wait (first come,
-     * first served). */
-    fast_call *f = NULL;
-    if (pr.stream || registry_waiters(c->reg) > 0 || !(f = calloc(1, sizeof *f)) ||
-        registry_acquire(c->reg, &pr.rq, NULL, 0, &f->lease) != PLACE_OK) {
-        free(f);
+    /* Streams block a pool thread, which makes their own lookup. */
+    if (pr.stream) {
         json_decref(body);
         return HTTP_PASS;
     }
+    /* A lookup is in memory; a hit's LRU stamp is one small write to the
+     * cache file (WAL, no fsync), cheap enough for the event loop. */
+    api_cache_req cache = {0};
+    int looked_up = kind == KIND_CHAT && c->cache;
+    if (looked_up && api_cache_begin(c, req, body, pr.cls.is_private, pr.cls.is_private ? pr.cls.rule : NULL, &cache)) {
+        json_decref(body);
+        return HTTP_HANDLED;
+    }
+    /* Calls that would have to wait for a slot block a pool thread instead;
+     * so do calls while others already wait (first come, first served). */
+    fast_call *f = NULL;
+    if (registry_waiters(c->reg) > 0 || !(f = calloc(1, sizeof *f)) ||
+        registry_acquire(c->reg, &pr.rq, NULL, 0, &f->lease) != PLACE_OK) {
+        free(f);
+        json_decref(body);
+        if (looked_up) carry_new(req, &cache);
+        return HTTP_PASS;
+    }
+    f->cache = cache;
     if (pr.cls.is_private) snprintf(f->private_rule, sizeof f->private_rule, "%s", pr.cls.rule);
     json_decref(body);
     f->c = c;
@@ -312,6 +354,7 @@ http_fast_rc api_openai_fast(coord *c, http_req *req, int kind)
                         .timeout_ms = c->cfg.upstream_timeout_ms};
     if (relay_call_async(&o, req, fast_done, f)) {
         registry_release(c->reg, &f->lease, mono_ms(), 0);
+        if (looked_up) carry_new(req, &f->cache);
         free(f);
         return HTTP_PASS;
     }

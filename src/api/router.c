@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "api/cache.h"
 #include "api/coord.h"
 #include "api/errors.h"
 #include "api/metrics.h"
@@ -109,6 +110,7 @@ static metrics_route route_and_run(coord *c, http_req *req)
     case OP_NODE_UNDRAIN: api_node_admin(c, req, id, "undrain"); break;
     case OP_NODE_FORGET: api_node_admin(c, req, id, "forget"); break;
     case OP_PLAN: api_plan(c, req); break;
+    case OP_CACHE_INVALIDATE: api_cache_invalidate(c, req); break;
     }
     return rt->metric;
 }

@@ -5,9 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/cache.h"
 #include "api/errors.h"
 #include "api/sse_text.h"
 #include "http/relay.h"
+#include "policy/cache_replay.h"
 #include "util/buf.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -32,11 +34,14 @@ typedef struct session {
     int continuations, may_continue;
     char url[512];
     char *next_body;
+    api_cache_req cache;       /* a lookup that missed: its answer may be stored */
+    cache_stream *collect;     /* the answer so far, to store; NULL when not storing */
 } session;
 
 static void session_free(session *s)
 {
     buf_free(&s->text);
+    cache_stream_free(s->collect);
     free(s->orig);
     free(s->next_body);
     free(s);
@@ -51,6 +56,11 @@ static void tap(void *ctx, const char *events, size_t len)
 {
     session *s = ctx;
     s->events += sse_collect_text(events, len, &s->text);
+    /* Stop collecting as soon as the answer can no longer be stored. */
+    if (s->collect && cache_stream_feed(s->collect, events, len)) {
+        cache_stream_free(s->collect);
+        s->collect = NULL;
+    }
 }
 
 /* The request that continues what was delivered: the same one, with the
@@ -139,12 +149,19 @@ static void finished(void *ctx, const relay_outcome *o)
         }
         registry_release(s->c->reg, &s->lease, mono_ms(), ok);
     }
+    /* A continued answer is stitched from two nodes' streams: it is not
+     * stored, since its chunks need not make one well-formed answer. */
+    if (s->collect && o->status == 200 && !o->upstream_failed && !o->client_gone && !s->continuations) {
+        json_t *completion = cache_stream_finish(s->collect);
+        api_cache_store_json(s->c, &s->cache, completion);
+        json_decref(completion);
+    }
     session_free(s);
 }
 
 int api_forward_stream(coord *c, http_req *req, const http_call_opts *o, const node_lease *lease,
-                       const reg_request *rq, api_kind kind, const char *private_rule, const char *const *tried,
-                       int ntried, char *why, size_t whylen)
+                       const reg_request *rq, api_kind kind, const char *private_rule, const api_cache_req *cr,
+                       const char *const *tried, int ntried, char *why, size_t whylen)
 {
     session *s = calloc(1, sizeof *s);
     if (!s || !(s->orig = malloc(o->body_len + 1))) {
@@ -166,6 +183,7 @@ int api_forward_stream(coord *c, http_req *req, const http_call_opts *o, const n
     const char *opt = http_req_header(req, "X-Gpupool-Continue");
     s->may_continue = c->cfg.stream_continue && !(opt && !strcmp(opt, "off"));
     for (int i = 0; i < ntried; i++) note_tried(s, tried[i]);
+    if (cr && cr->store && c->cache && (s->collect = cache_stream_new())) s->cache = *cr;
     node_lease first = *lease;
     relay_resume rs = {tap, resume, s};
     relay *r = relay_start_resumable(o, &rs, finished, s);

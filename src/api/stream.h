@@ -11,6 +11,7 @@
 
 #include <stddef.h>
 
+#include "api/cache.h"
 #include "api/coord.h"
 #include "api/validate.h"
 #include "http/client.h"
@@ -19,9 +20,11 @@
  * failed before answering (why says how) and another may be tried.  The
  * lease is the session's from then on.  tried lists nodes that failed this
  * request already.  private_rule (NULL when the request is not private) is
- * shown in the answer's route header; the continuation keeps rq's tier. */
+ * shown in the answer's route header; the continuation keeps rq's tier.  cr
+ * (NULL or not storing: nothing is stored) is a cache lookup that missed: a
+ * stream that ends properly on its first node is collected and stored. */
 int api_forward_stream(coord *c, http_req *req, const http_call_opts *o, const node_lease *lease,
-                       const reg_request *rq, api_kind kind, const char *private_rule, const char *const *tried,
-                       int ntried, char *why, size_t whylen);
+                       const reg_request *rq, api_kind kind, const char *private_rule, const api_cache_req *cr,
+                       const char *const *tried, int ntried, char *why, size_t whylen);
 
 #endif

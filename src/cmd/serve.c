@@ -13,6 +13,7 @@
 #include "cmd/cmd.h"
 #include "http/client.h"
 #include "http/relay.h"
+#include "policy/cache.h"
 #include "policy/detect.h"
 #include "util/clock.h"
 #include "util/ids.h"
@@ -34,6 +35,9 @@ typedef struct serve_opts {
     int nkeywords, nregexes;
     const char *clouds[17];
     int nclouds;
+    int cache_on;
+    int64_t cache_max_bytes;
+    long cache_ttl_s;
 } serve_opts;
 
 static void usage(FILE *f)
@@ -75,6 +79,12 @@ static void usage(FILE *f)
             "  --hedge-min-ms N          never sooner than this (default 2000)\n"
             "  --retry-backoff-ms N      first delay before a failed task runs again; doubles (default 250)\n"
             "  --stream-continue on|off  continue a stream that broke after tokens on another node (default on)\n"
+            "  --cache on|off            the semantic cache of chat answers, in DIR/cache.db (default off)\n"
+            "  --cache-threshold F       cosine similarity a cache hit needs, 0..1 (default 0.95)\n"
+            "  --cache-max-bytes SIZE    bound on the cache's entries, LRU beyond it (default 64M)\n"
+            "  --cache-ttl-s N           an entry expires N seconds after it was stored (default 86400; 0 = never)\n"
+            "  --cache-turns N           messages the cache key covers, the last one included (default 8; 0 = all)\n"
+            "  --cache-max-temperature F requests sampling hotter than F are not cached (default 0.3)\n"
             "  --privacy-keyword WORD    requests containing WORD are private (repeatable)\n"
             "  --privacy-regex RE        requests matching the PCRE2 pattern RE are private (repeatable)\n"
             "  --cloud NAME=URL,models=M1|M2,key-env=VAR[,slots=N]\n"
@@ -207,7 +217,10 @@ static int parse(int argc, char **argv, serve_opts *o)
         {"retry-backoff-ms", 1, 0, 'B'}, {"task-queue-max", 1, 0, 'Y'},
         {"privacy-keyword", 1, 0, 'w'}, {"privacy-regex", 1, 0, 'R'}, {"cloud", 1, 0, 'c'}, {"stream-continue", 1, 0, 'S'},
         {"cors-origin", 1, 0, 'o'}, {"cors-max-age", 1, 0, 'G'}, {"envelope", 1, 0, 'v'},
-        {"envelope-origin", 1, 0, 'O'}, {"field-case", 1, 0, 'z'}, {"help", 0, 0, 'H'}, {0, 0, 0, 0}};
+        {"envelope-origin", 1, 0, 'O'}, {"field-case", 1, 0, 'z'},
+        {"cache", 1, 0, 256}, {"cache-threshold", 1, 0, 257}, {"cache-max-bytes", 1, 0, 258},
+        {"cache-ttl-s", 1, 0, 259}, {"cache-turns", 1, 0, 260}, {"cache-max-temperature", 1, 0, 261},
+        {"help", 0, 0, 'H'}, {0, 0, 0, 0}};
     long v;
     double f;
     char err[200];
@@ -248,11 +261,15 @@ static int parse(int argc, char **argv, serve_opts *o)
         INTOPT('B', o->backoff_ms, 1, 600000, "--retry-backoff-ms")
         INTOPT('Y', o->cc.task_queue_max, 1, 100000000, "--task-queue-max")
         INTOPT('G', o->cc.lowcode.max_age_s, 1, 86400, "--cors-max-age")
+        INTOPT(259, o->cache_ttl_s, 0, 86400L * 365, "--cache-ttl-s")
+        INTOPT(260, o->cc.cache.turns, 0, 10000, "--cache-turns")
 #undef INTOPT
 #define DBLOPT(ch, field, lo, hi, name) \
         case ch: if (parse_double(optarg, lo, hi, &f)) { fprintf(stderr, "gpupool serve: %s wants a number from %g to %g\n", name, (double)lo, (double)hi); return -1; } field = f; break;
         DBLOPT('s', o->queue.key_max_share, 0, 1, "--key-max-share")
         DBLOPT('e', o->hedge_factor, 0, 1000, "--hedge-factor")
+        DBLOPT(257, o->cc.cache.threshold, 0, 1, "--cache-threshold")
+        DBLOPT(261, o->cc.cache.max_temperature, 0, 2, "--cache-max-temperature")
 #undef DBLOPT
         case 'X':
             if (add_key(o, optarg) || o->cc.nadmin >= COORD_MAX_KEYS) { fprintf(stderr, "gpupool serve: too many API keys\n"); return -1; }
@@ -270,6 +287,19 @@ static int parse(int argc, char **argv, serve_opts *o)
             if (o->nclouds >= 16) { fprintf(stderr, "gpupool serve: too many --cloud backends\n"); return -1; }
             o->clouds[o->nclouds++] = optarg;
             break;
+        case 256:
+            if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
+                fprintf(stderr, "gpupool serve: --cache wants on or off\n");
+                return -1;
+            }
+            o->cache_on = !strcmp(optarg, "on");
+            break;
+        case 258: {
+            int64_t s = opts_parse_size(optarg);
+            if (s < 4096) { fprintf(stderr, "gpupool serve: --cache-max-bytes wants a size of at least 4K, like 64M\n"); return -1; }
+            o->cache_max_bytes = s;
+            break;
+        }
         case 'S':
             if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
                 fprintf(stderr, "gpupool serve: --stream-continue wants on or off\n");
@@ -359,6 +389,9 @@ int cmd_serve(int argc0, char **argv0)
                            .max_attempts = 3, .stream_continue = 1, .task_queue_max = 100000},
                     .queue = {.aging_ms = 30000}, .hedge_factor = 2, .hedge_min_ms = 2000, .backoff_ms = 250};
     place_weights_default(&o.placement.w);
+    cache_config_init(&o.cc.cache);
+    o.cache_ttl_s = (long)(o.cc.cache.ttl_ms / 1000);
+    o.cache_max_bytes = (int64_t)o.cc.cache.max_bytes;
     int rc = 2;
     char *token = NULL;
     store *st = NULL;
@@ -366,7 +399,10 @@ int cmd_serve(int argc0, char **argv0)
     dispatcher *disp = NULL;
     http_server *srv = NULL;
     detect_rules *rules = NULL;
+    semcache *cache = NULL;
     if (parse(argc, argv, &o)) goto done;
+    o.cc.cache.ttl_ms = (int64_t)o.cache_ttl_s * 1000;
+    o.cc.cache.max_bytes = (size_t)o.cache_max_bytes;
     if (o.keys_file && load_keys_file(&o, o.keys_file)) goto done;
     const char *envkeys = getenv("GPUPOOL_API_KEYS");
     if (envkeys) {
@@ -418,7 +454,22 @@ int cmd_serve(int argc0, char **argv0)
     rules = detect_rules_new(o.keywords, o.regexes, err, sizeof err);
     if (!rules) { fprintf(stderr, "gpupool serve: %s\n", err); goto done; }
 
-    coord c = {.cfg = o.cc, .st = st, .reg = reg, .disp = disp, .rules = rules, .started_mono = mono_ms()};
+    if (o.cache_on) {
+        /* Its own file: the cache is disposable, the task store is not. */
+        char path[4096];
+        snprintf(path, sizeof path, "%s/cache.db", o.data);
+        cache = semcache_open(path, &o.cc.cache, mono_ms(), wall_ms(), err, sizeof err);
+        if (!cache) { fprintf(stderr, "gpupool serve: semantic cache: %s\n", err); goto done; }
+        cache_stats cs;
+        semcache_stats(cache, &cs);
+        log_info("semantic cache on (%s): %llu entr%s, threshold %.3g, max %llu bytes, ttl %ld s, %d turns, "
+                 "temperature up to %.2g", path, (unsigned long long)cs.entries, cs.entries == 1 ? "y" : "ies",
+                 o.cc.cache.threshold, (unsigned long long)o.cc.cache.max_bytes, o.cache_ttl_s, o.cc.cache.turns,
+                 o.cc.cache.max_temperature);
+    }
+
+    coord c = {.cfg = o.cc, .st = st, .reg = reg, .disp = disp, .rules = rules, .cache = cache,
+               .started_mono = mono_ms()};
     http_server_opts ho = {.listen = o.listen, .max_body = o.max_body, .fast = coord_fast, .handler = coord_handle,
                            .observe = coord_observe, .answer = coord_answer, .app = &c};
     srv = http_server_start(&ho, err, sizeof err);
@@ -434,6 +485,7 @@ int cmd_serve(int argc0, char **argv0)
                  o.cc.lowcode.camel_all ? "camel" : "snake");
 
     char offline[64][40];
+    int64_t expired_at = mono_ms();
     for (;;) {
         struct timespec ts = {0, (long)(o.heartbeat_ms / 2) * 1000000L};
         if (o.heartbeat_ms / 2 >= 1000) ts = (struct timespec){o.heartbeat_ms / 2000, 0};
@@ -441,6 +493,11 @@ int cmd_serve(int argc0, char **argv0)
         if (sig == SIGINT || sig == SIGTERM) { log_info("stopping on signal %d", sig); break; }
         int n = registry_sweep(reg, mono_ms(), offline, 64);
         for (int i = 0; i < n && i < 64; i++) dispatcher_node_offline(disp, offline[i]);
+        /* Lookups never return expired entries; this gives their bytes back. */
+        if (cache && mono_ms() - expired_at >= 60000) {
+            expired_at = mono_ms();
+            semcache_expire(cache, expired_at);
+        }
     }
     rc = 0;
 done:
@@ -451,6 +508,7 @@ done:
     registry_free(reg);
     store_close(st);
     detect_rules_free(rules);
+    semcache_close(cache);
     for (int i = 0; i < o.cc.nkeys; i++) free(o.cc.api_keys[i]);
     for (int i = 0; i < o.cc.nadmin; i++) free(o.cc.admin_keys[i]);
     for (int i = 0; i < o.cc.nprivate; i++) free(o.cc.private_keys[i]);
