@@ -170,8 +170,9 @@ static int forward_buffered(coord *c, http_req *req, const http_call_opts *o, co
         done = 0;
     } else if (res.status && !api_node_refused(res.status, res.body)) {
         api_served_by(req, lease, private_rule);
-        relay_respond_result(req, &res);
+        /* Stored before answering, so the client's next request can hit. */
         api_cache_store(c, cr, res.status, res.body, res.body_len);
+        relay_respond_result(req, &res);
     } else {
         char said[200];
         if (res.status) api_error_text(res.body, res.body_len, "refused the request", said, sizeof said);
@@ -290,8 +291,8 @@ static void fast_done(void *ctx, http_result *res)
     int retry = engine_failed(res->status) && f->c->cfg.max_attempts > 1;
     if (res->status && !api_node_refused(res->status, res->body) && !retry) {
         api_served_by(req, &f->lease, f->private_rule);
-        relay_respond_result(req, res);
         api_cache_store(f->c, &f->cache, res->status, res->body, res->body_len);
+        relay_respond_result(req, res);
         http_req_complete(req);
     } else if (res->status == 0 && http_req_client_gone(req)) {
         api_error(req, 499, "invalid_request_error", "client_closed", NULL, "the client left");
