@@ -3,6 +3,7 @@
  * engine is frozen (so it cannot have reached it); the partitions and trust
  * tiers, the skip rules, the SSE replay, invalidation and the metrics are
  * checked over HTTP as a client sees them. */
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -242,9 +243,8 @@ static void private_entries_stay_private(void **state)
     assert_string_equal(c.cache, "hit");
     assert_string_equal(c.content, a.content);
 
-    /* the ordinary entry b made is visible to a private lookup too; the
-     * private one made first is found in its own tier first or after, so
-     * only the hit matters here */
+    /* The other way round: an ordinary entry answers a private request,
+     * since nothing private went into it (cache_tier_visible). */
     char *plain = chat(NULL, "What is the boiling point of water in Celsius?", 0, 0);
     ins = metric(p, "gpupool_cache_inserts_total");
     answer d = ask(p, plain, NULL);
@@ -321,6 +321,56 @@ static void invalidate_clears(void **state)
     free(body);
 }
 
+static void *busy_request(void *arg)
+{
+    h_pool *p = arg;
+    /* not cacheable (temperature 1), long enough to hold its slot */
+    char *body = chat(NULL, "Write a long story.", 1, 0);
+    json_t *b = json_loads(body, 0, NULL);
+    json_object_set_new(b, "max_tokens", json_integer(400));
+    char *text = json_dumps(b, JSON_COMPACT);
+    h_resp r;
+    h_request(p, "POST", "/v1/chat/completions", text, NULL, &r);
+    h_resp_free(&r);
+    json_decref(b);
+    free(text);
+    free(body);
+    return NULL;
+}
+
+/* A request the event loop cannot place at once (every slot busy) waits on
+ * a pool thread: it is looked up once, and its answer is stored there. */
+static void waiting_request_is_looked_up_once_and_stored(void **state)
+{
+    cache_pool *cp = *state;
+    h_pool *p = cp->p;
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, busy_request, p);
+    int64_t until = h_now_ms() + 5000;
+    int busy = 0;
+    for (;;) {
+        h_resp r;
+        if (!h_request(p, "GET", "/v1/nodes", NULL, NULL, &r))
+            busy = (int)json_integer_value(json_object_get(json_array_get(json_object_get(r.json, "data"), 0), "inflight"));
+        h_resp_free(&r);
+        if (busy >= 2 || h_now_ms() > until) break;
+        usleep(20 * 1000);
+    }
+    assert_true(busy >= 2); /* so the next request cannot be placed at once */
+    char *body = chat(NULL, "Which planet is closest to the sun?", 0, 0);
+    double lookups = metric(p, "gpupool_cache_lookups_total");
+    answer a = ask(p, body, NULL);
+    assert_int_equal(a.status, 200);
+    assert_string_equal(a.cache, "miss");
+    assert_true(metric(p, "gpupool_cache_lookups_total") == lookups + 1);
+    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+    answer b = ask(p, body, NULL);
+    assert_string_equal(b.cache, "hit");
+    assert_string_equal(b.content, a.content);
+    answer_free(&a); answer_free(&b);
+    free(body);
+}
+
 /* With keys: one key's entries never answer another's requests, and
  * invalidation needs an admin key. */
 static void keys_partition_and_admin(void **state)
@@ -388,6 +438,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(streams_are_stored_and_replayed, setup, teardown),
         cmocka_unit_test_setup_teardown(invalidate_clears, setup, teardown),
         cmocka_unit_test_setup_teardown(persists_across_restart, setup, teardown),
+        cmocka_unit_test_setup_teardown(waiting_request_is_looked_up_once_and_stored, setup, teardown),
     };
     const struct CMUnitTest keyed[] = {
         cmocka_unit_test_setup_teardown(keys_partition_and_admin, setup_bare, teardown),
