@@ -436,9 +436,10 @@ void api_batches_list(coord *c, http_req *req)
 static json_t *result_line(json_t *it)
 {
     json_t *res = json_object_get(it, "result");
-    json_t *o = json_pack("{s:O, s:O, s:O, s:O, s:O}", "index", json_object_get(it, "index"), "custom_id",
+    json_t *o = json_pack("{s:O, s:O, s:O, s:O, s:O, s:O}", "index", json_object_get(it, "index"), "custom_id",
                           json_object_get(it, "custom_id"), "task_id", json_object_get(it, "task_id"), "status",
-                          json_object_get(it, "status"), "error", json_object_get(it, "error"));
+                          json_object_get(it, "status"), "attempts", json_object_get(it, "attempts"), "error",
+                          json_object_get(it, "error"));
     json_object_set_new(o, "response", json_is_null(res) || !res ? json_null()
                                            : json_pack("{s:i, s:O}", "status_code", 200, "body", res));
     return o;

@@ -221,7 +221,7 @@ json_t *store_batch_items(store *s, const char *id)
     json_t *arr = json_array();
     if (!arr || !id) return arr;
     sqlite3 *db = store_db_lock(s);
-    sqlite3_stmt *st = prep(s, db, "SELECT batch_index,custom_id,id,status,result_json,error_code,error_message "
+    sqlite3_stmt *st = prep(s, db, "SELECT batch_index,custom_id,id,status,result_json,error_code,error_message,attempts "
                                    "FROM tasks WHERE batch_id=?1 ORDER BY batch_index");
     int r = SQLITE_ERROR;
     if (st) {
@@ -232,6 +232,7 @@ json_t *store_batch_items(store *s, const char *id)
             json_object_set_new(it, "custom_id", text_or_null(st, 1));
             json_object_set_new(it, "task_id", text_or_null(st, 2));
             json_object_set_new(it, "status", text_or_null(st, 3));
+            json_object_set_new(it, "attempts", json_integer(sqlite3_column_int(st, 7)));
             const char *res = (const char *)sqlite3_column_text(st, 4);
             json_t *result = res ? json_loads(res, JSON_DECODE_ANY, NULL) : NULL;
             json_object_set_new(it, "result", result ? result : json_null());

@@ -141,8 +141,8 @@ typedef struct batch_rec {
 int store_batch_get(store *s, const char *id, batch_rec *out);
 /* Up to max batches, newest first; returns how many. */
 int store_batch_list(store *s, batch_rec *out, int max);
-/* The items in input order: {index, custom_id, task_id, status, result,
- * error}.  NULL on a database error; an empty array for an unknown id. */
+/* The items in input order: {index, custom_id, task_id, status, attempts,
+ * result, error}.  NULL on a database error; an empty array for an unknown id. */
 json_t *store_batch_items(store *s, const char *id);
 /* Marks the batch cancelled and cancels its queued and running items in one
  * transaction.  *running gets the ids of the items that were running (their
