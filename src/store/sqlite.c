@@ -86,7 +86,7 @@ static const char SCHEMA[] =
 
 #define TASK_COLS                                                                   \
     "SELECT id,type,model,status,node,input_json,result_json,error_code,error_message," \
-    "sensitivity,route_rule,"                                                           \
+    "sensitivity,route_rule,batch_id,"                                                  \
     "priority,attempts,max_attempts,created_ms,started_ms,finished_ms FROM tasks "
 
 enum {
@@ -478,8 +478,8 @@ int store_task_insert(store *s, const task_new *t, char existing_id[64]) {
 #define REC_STRS(t)                                                                      \
     {&(t)->id, &(t)->type, &(t)->model, &(t)->status, &(t)->node, &(t)->input_json,      \
      &(t)->result_json, &(t)->error_code, &(t)->error_message, &(t)->sensitivity,         \
-     &(t)->route_rule}
-#define REC_NSTRS 11
+     &(t)->route_rule, &(t)->batch_id}
+#define REC_NSTRS 12
 
 static void row_to_rec(sqlite3_stmt *st, task_rec *t) {
     char **strs[] = REC_STRS(t);
@@ -558,6 +558,7 @@ json_t *store_task_json(const task_rec *t) {
     json_object_set_new(route, "sensitivity", jstr(t->sensitivity ? t->sensitivity : "normal"));
     json_object_set_new(route, "rule", jstr(t->route_rule));
     json_object_set_new(o, "route", route);
+    if (t->batch_id) json_object_set_new(o, "batch_id", json_string(t->batch_id));
     return o;
 }
 

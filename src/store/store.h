@@ -46,6 +46,7 @@ typedef struct task_rec {
     char *id, *type, *model, *status, *node, *input_json, *result_json;
     char *error_code, *error_message;
     char *sensitivity, *route_rule;
+    char *batch_id;          /* NULL unless the task is an item of a batch */
     int priority, attempts, max_attempts;
     int64_t created_ms, started_ms, finished_ms; /* wall clock; 0 = not yet */
 } task_rec;

@@ -354,6 +354,12 @@ static void five_hundred_items_survive_a_killed_worker(void **state)
         }
     }
     assert_int_equal(nok, ok);
+    /* Each item is a task that knows its batch. */
+    char path[128];
+    snprintf(path, sizeof path, "/v1/tasks/%s", jstr(json_array_get(data, 7), "task_id"));
+    h_request(p, "GET", path, NULL, NULL, &r);
+    assert_string_equal(jstr(r.json, "batch_id"), id);
+    h_resp_free(&r);
     /* The killed worker's items in flight went again elsewhere. */
     print_message("%d items needed more than one attempt\n", retried);
     assert_true(retried > 0);
