@@ -283,6 +283,49 @@ static void cancel(void **state)
     free(id);
 }
 
+static void batch_yields_to_interactive_work(void **state)
+{
+    h_pool *p = *state;
+    /* 60 items of 100 tokens over 4 slots: about 3 s of queued batch work. */
+    char body[16384] = "{\"type\":\"chat\",\"model\":\"sim-llama-8b\",\"inputs\":[";
+    for (int i = 0; i < 60; i++) strcat(body, i ? "," CHAT("bulk", 100) : CHAT("bulk", 100));
+    strcat(body, "]}");
+    h_resp r;
+    char *id = submit(p, body, NULL, &r);
+    assert_int_equal(r.status, 202);
+    h_resp_free(&r);
+    batch_cond bc = {p, id, 1};
+    assert_true(h_wait_until(batch_reached, &bc, 20000));
+    /* A task at the default priority, and a synchronous call, go before the
+     * batch's queued items: both finish while most of the batch waits. */
+    long st;
+    char *task = h_submit_task(p, "{\"type\":\"chat\",\"model\":\"sim-llama-8b\",\"input\":" CHAT("now", 2) "}",
+                               NULL, &st);
+    assert_int_equal(st, 202);
+    int64_t t0 = h_now_ms();
+    h_request(p, "POST", "/v1/chat/completions", "{\"model\":\"sim-llama-8b\",\"messages\":[{\"role\":\"user\","
+              "\"content\":\"now\"}],\"max_tokens\":2}", NULL, &r);
+    assert_int_equal(r.status, 200);
+    h_resp_free(&r);
+    int64_t sync_ms = h_now_ms() - t0;
+    json_t *t = h_wait_task_final(p, task, 20000);
+    assert_string_equal(jstr(t, "status"), "succeeded");
+    json_decref(t);
+    json_t *b = get_batch(p, id);
+    json_int_t queued = jint(json_object_get(b, "request_counts"), "queued");
+    print_message("with the batch running: a call took %lld ms; %lld batch items were still queued after the task\n",
+                  (long long)sync_ms, (long long)queued);
+    assert_true(queued > 20);
+    json_decref(b);
+    char path[256];
+    snprintf(path, sizeof path, "/v1/batches/%s/cancel", id);
+    h_request(p, "POST", path, "", NULL, &r);
+    assert_int_equal(r.status, 200);
+    h_resp_free(&r);
+    free(task);
+    free(id);
+}
+
 /* ---- 500 items, a worker lost to kill -9 half-way ----------------------- */
 
 #define BIG 500
@@ -376,6 +419,7 @@ int main(void)
         cmocka_unit_test(bad_item_refuses_the_batch),
         cmocka_unit_test(idempotency),
         cmocka_unit_test(cancel),
+        cmocka_unit_test(batch_yields_to_interactive_work),
     };
     const struct CMUnitTest own[] = {
         cmocka_unit_test_setup_teardown(five_hundred_items_survive_a_killed_worker, big_setup, h_pool_teardown),
