@@ -64,6 +64,13 @@ void api_tasks_create(coord *c, http_req *req);
 void api_tasks_get(coord *c, http_req *req, const char *id);
 void api_tasks_list(coord *c, http_req *req);
 void api_tasks_cancel(coord *c, http_req *req, const char *id);
+/* api/batches.c: POST /v1/batches, GET /v1/batches[/{id}[/results]],
+ * POST /v1/batches/{id}/cancel. */
+void api_batches_create(coord *c, http_req *req);
+void api_batches_get(coord *c, http_req *req, const char *id);
+void api_batches_list(coord *c, http_req *req);
+void api_batches_results(coord *c, http_req *req, const char *id);
+void api_batches_cancel(coord *c, http_req *req, const char *id);
 void api_nodes(coord *c, http_req *req);
 /* POST /v1/nodes/{id}/drain, /undrain; DELETE /v1/nodes/{id} (admin). */
 void api_node_admin(coord *c, http_req *req, const char *id, const char *verb);

@@ -111,6 +111,11 @@ static metrics_route route_and_run(coord *c, http_req *req)
     case OP_NODE_FORGET: api_node_admin(c, req, id, "forget"); break;
     case OP_PLAN: api_plan(c, req); break;
     case OP_CACHE_INVALIDATE: api_cache_invalidate(c, req); break;
+    case OP_BATCHES_CREATE: api_batches_create(c, req); break;
+    case OP_BATCHES_LIST: api_batches_list(c, req); break;
+    case OP_BATCH_GET: api_batches_get(c, req, id); break;
+    case OP_BATCH_RESULTS: api_batches_results(c, req, id); break;
+    case OP_BATCH_CANCEL: api_batches_cancel(c, req, id); break;
     }
     return rt->metric;
 }

@@ -8,6 +8,7 @@
  * writes runs inside one BEGIN IMMEDIATE transaction under that mutex, so it is
  * atomic and race-free.  Attempt rows are "open" while their outcome is NULL. */
 #include "store/store.h"
+#include "store/sqlite_int.h"
 #include "util/err.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -21,7 +22,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define SCHEMA_VERSION 3
+#define SCHEMA_VERSION 4
 #define BUSY_TIMEOUT_MS 5000
 
 enum { Q_QUEUED, Q_RUNNING, Q_SUCCEEDED, Q_FAILED, Q_CANCELED };
@@ -51,7 +52,10 @@ static const char SCHEMA[] =
     " prompt_tokens REAL NOT NULL DEFAULT 0,"
     " max_tokens REAL NOT NULL DEFAULT 0,"
     " sensitivity TEXT NOT NULL DEFAULT 'normal',"
-    " route_rule TEXT);"
+    " route_rule TEXT,"
+    " batch_id TEXT,"     /* NULL unless the task is an item of a batch */
+    " batch_index INTEGER,"
+    " custom_id TEXT);"
     /* rowid is implicitly the last column of every index, so this one gives
      * the full dispatch order (status, priority DESC, created_ms, rowid). */
     "CREATE INDEX IF NOT EXISTS tasks_dispatch ON tasks(status, priority DESC, created_ms ASC);"
@@ -64,11 +68,25 @@ static const char SCHEMA[] =
     " ended_ms INTEGER NOT NULL DEFAULT 0,"
     " outcome TEXT," /* NULL while the attempt is open */
     " message TEXT,"
-    " PRIMARY KEY(task_id, attempt)) WITHOUT ROWID;";
+    " PRIMARY KEY(task_id, attempt)) WITHOUT ROWID;"
+    /* store/batches.c: a batch is this row plus its items, ordinary tasks. */
+    "CREATE INDEX IF NOT EXISTS tasks_batch ON tasks(batch_id, batch_index) WHERE batch_id IS NOT NULL;"
+    "CREATE TABLE IF NOT EXISTS batches("
+    " id TEXT PRIMARY KEY NOT NULL,"
+    " type TEXT NOT NULL,"
+    " model TEXT NOT NULL,"
+    " priority INTEGER NOT NULL,"
+    " total INTEGER NOT NULL,"
+    " idem_key TEXT UNIQUE,"
+    " body_hash TEXT,"
+    " owner TEXT NOT NULL DEFAULT '',"
+    " created_ms INTEGER NOT NULL,"
+    " cancelled_ms INTEGER NOT NULL DEFAULT 0);"
+    "CREATE INDEX IF NOT EXISTS batches_created ON batches(created_ms);";
 
 #define TASK_COLS                                                                   \
     "SELECT id,type,model,status,node,input_json,result_json,error_code,error_message," \
-    "sensitivity,route_rule,"                                                           \
+    "sensitivity,route_rule,batch_id,"                                                  \
     "priority,attempts,max_attempts,created_ms,started_ms,finished_ms FROM tasks "
 
 enum {
@@ -86,6 +104,12 @@ static const char MIGRATE_1_2[] =
 static const char MIGRATE_2_3[] =
     "ALTER TABLE tasks ADD COLUMN sensitivity TEXT NOT NULL DEFAULT 'normal';"
     "ALTER TABLE tasks ADD COLUMN route_rule TEXT;";
+
+/* From version 3: batches (the table and index come with SCHEMA). */
+static const char MIGRATE_3_4[] =
+    "ALTER TABLE tasks ADD COLUMN batch_id TEXT;"
+    "ALTER TABLE tasks ADD COLUMN batch_index INTEGER;"
+    "ALTER TABLE tasks ADD COLUMN custom_id TEXT;";
 
 static const char *const SQL[ST_N] = {
     [ST_BEGIN] = "BEGIN IMMEDIATE",
@@ -149,6 +173,19 @@ struct store {
 static int db_err(store *s, const char *what) {
     err_out(s->err, sizeof s->err, "%s: %s", what, sqlite3_errmsg(s->db));
     return STORE_ERR;
+}
+
+sqlite3 *store_db_lock(store *s) {
+    pthread_mutex_lock(&s->mu);
+    return s->db;
+}
+
+void store_db_unlock(store *s) {
+    pthread_mutex_unlock(&s->mu);
+}
+
+int store_db_err(store *s, const char *what) {
+    return db_err(s, what);
 }
 
 /* A prepared statement, reset and with its bindings cleared. */
@@ -321,6 +358,10 @@ static int setup(store *s, const char *path, char *err, size_t errlen) {
         step = "upgrade the schema from version 2";
         if (sqlite3_exec(s->db, MIGRATE_2_3, NULL, NULL, NULL) != SQLITE_OK) goto fail;
     }
+    if (ver >= 1 && ver <= 3) {
+        step = "upgrade the schema from version 3";
+        if (sqlite3_exec(s->db, MIGRATE_3_4, NULL, NULL, NULL) != SQLITE_OK) goto fail;
+    }
     if (ver < SCHEMA_VERSION) {
         char sql[sizeof SCHEMA + 96];
         snprintf(sql, sizeof sql, "BEGIN IMMEDIATE; %s PRAGMA user_version=%d; COMMIT;", SCHEMA,
@@ -437,8 +478,8 @@ int store_task_insert(store *s, const task_new *t, char existing_id[64]) {
 #define REC_STRS(t)                                                                      \
     {&(t)->id, &(t)->type, &(t)->model, &(t)->status, &(t)->node, &(t)->input_json,      \
      &(t)->result_json, &(t)->error_code, &(t)->error_message, &(t)->sensitivity,         \
-     &(t)->route_rule}
-#define REC_NSTRS 11
+     &(t)->route_rule, &(t)->batch_id}
+#define REC_NSTRS 12
 
 static void row_to_rec(sqlite3_stmt *st, task_rec *t) {
     char **strs[] = REC_STRS(t);
@@ -517,6 +558,7 @@ json_t *store_task_json(const task_rec *t) {
     json_object_set_new(route, "sensitivity", jstr(t->sensitivity ? t->sensitivity : "normal"));
     json_object_set_new(route, "rule", jstr(t->route_rule));
     json_object_set_new(o, "route", route);
+    if (t->batch_id) json_object_set_new(o, "batch_id", json_string(t->batch_id));
     return o;
 }
 

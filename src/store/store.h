@@ -46,6 +46,7 @@ typedef struct task_rec {
     char *id, *type, *model, *status, *node, *input_json, *result_json;
     char *error_code, *error_message;
     char *sensitivity, *route_rule;
+    char *batch_id;          /* NULL unless the task is an item of a batch */
     int priority, attempts, max_attempts;
     int64_t created_ms, started_ms, finished_ms; /* wall clock; 0 = not yet */
 } task_rec;
@@ -104,5 +105,50 @@ int store_task_counts(store *s, int64_t counts[5]);
 int store_task_queue_position(store *s, const char *id, int64_t *ahead);
 /* Each attempt: node, outcome code, message, times (for the task's history). */
 json_t *store_task_attempts(store *s, const char *id);
+
+/* ---- batches (store/batches.c) ------------------------------------------
+ * A batch is one row plus its items, each an ordinary task (so the
+ * dispatcher schedules, retries and hedges them like any other) carrying the
+ * batch's id and its index in the input.  A batch's progress is read from
+ * its tasks, never kept twice. */
+typedef struct batch_new {
+    const char *id;          /* "batch_..." */
+    const char *type;        /* the items' type when they share one, else "mixed" */
+    const char *model;       /* the batch's model ("" when items name their own) */
+    int priority;
+    const char *idem_key;    /* NULL when absent */
+    const char *body_hash;
+    const char *owner;
+    int64_t created_ms;
+    const task_new *items;   /* n tasks; their idem_key is ignored */
+    const char *const *custom_ids; /* n entries, each NULL or the caller's id */
+    int n;
+} batch_new;
+
+/* Inserts the batch and all its items in one transaction: all or nothing.
+ * STORE_DUPLICATE / STORE_CONFLICT as for tasks (existing_id set). */
+int store_batch_insert(store *s, const batch_new *b, char existing_id[64]);
+
+typedef struct batch_rec {
+    char id[64], type[16], model[256];
+    int priority;
+    int64_t total;
+    int64_t counts[5];       /* items per task status, in store.h's order */
+    int64_t created_ms, cancelled_ms;
+    int64_t first_started_ms;  /* 0 = no item has started */
+    int64_t last_finished_ms;  /* 0 = no item has finished */
+} batch_rec;
+
+int store_batch_get(store *s, const char *id, batch_rec *out);
+/* Up to max batches, newest first; returns how many. */
+int store_batch_list(store *s, batch_rec *out, int max);
+/* The items in input order: {index, custom_id, task_id, status, attempts,
+ * result, error}.  NULL on a database error; an empty array for an unknown id. */
+json_t *store_batch_items(store *s, const char *id);
+/* Marks the batch cancelled and cancels its queued and running items in one
+ * transaction.  *running gets the ids of the items that were running (their
+ * calls are to be stopped); caller decrefs.  STORE_STALE when the batch was
+ * already cancelled or every item had finished. */
+int store_batch_cancel(store *s, const char *id, int64_t now_ms, json_t **running);
 
 #endif

@@ -350,6 +350,10 @@ int h_request(h_pool *p, const char *method, const char *path, const char *body,
     http_call_opts o = {.method = method, .url = url, .body = body, .body_len = body ? strlen(body) : 0,
                         .headers = headers, .timeout_ms = 60000};
     if (!headers && p->api_key[0]) o.bearer = p->api_key;
+    /* A Content-Type among the headers replaces the client's JSON default
+     * rather than going out as a second one. */
+    for (const char *const *h = headers; h && *h; h++)
+        if (!strncasecmp(*h, "Content-Type:", 13)) o.content_type = *h + 13 + strspn(*h + 13, " ");
     http_result res;
     http_call(&o, &res);
     out->status = res.status;
