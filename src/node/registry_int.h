@@ -1,0 +1,89 @@
+/* node/registry_int: the registry's state, shared by node/registry.c
+ * (admission, tokens, heartbeats, states, administration, the JSON views)
+ * and node/leases.c (placement candidates, leases, waits, observations).
+ * Not part of any API: nothing outside node/ includes it. */
+#ifndef GPUPOOL_REGISTRY_INT_H
+#define GPUPOOL_REGISTRY_INT_H
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdint.h>
+
+#include "node/registry.h"
+
+#define DRAIN_RING 256
+
+typedef struct active_lease {
+    uint32_t seq;
+    int64_t start;
+    double est;
+    char model[64];
+} active_lease;
+
+typedef struct node {
+    char id[40];
+    char name[64];
+    char address[256];
+    char fingerprint[72];
+    char peer[64];
+    char token[72], prev_token[72];
+    int64_t token_issued, token_expires, prev_expires;
+    int64_t last_beat, registered_at;
+    uint64_t seq;
+    node_state state;
+    char state_reason[128];
+    int inflight, reported_inflight, slots;
+    uint64_t free_vram, total_vram;
+    char **models;
+    int nmodels;
+    /* models it can start, with the planner's need in bytes */
+    char **loadable;
+    uint64_t *need;
+    int nloadable;
+    json_t *gpus, *engines, *loadable_json;
+    /* circuit breaker */
+    int fails;            /* failures in a row */
+    int64_t open_until;   /* open (no work) until this monotonic ms; 0 = not open */
+    int64_t cooldown_ms;  /* the next cooldown */
+    int half_open;        /* cooldown over: one probe may go */
+    int probing;          /* that probe is out */
+    /* what placement reads besides the above */
+    int engine_busy, engine_queued; /* the engines' own load signals */
+    int temp_c, throttled;          /* the hottest GPU */
+    node_profile prof;
+    int admin_drained;    /* drained by hand: no new work whatever the beats say */
+    int external;         /* trust tier external: a cloud backend, never sent private work */
+    /* leases out now, with when they began and their estimate, so a busy
+     * node can say when its first slot should free */
+    active_lease active[32];
+    int nactive;
+} node;
+
+struct registry {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    registry_cfg cfg;
+    char *join_token;
+    node **nodes;
+    int n, cap;
+    int waiters;
+    struct waiter *queue;
+    int64_t drain[DRAIN_RING];
+    int drain_n, drain_i;
+    void (*on_change)(void *);
+    void *on_change_ctx;
+    int stopping;
+    unsigned rr_ticket;   /* round-robin's running counter */
+    uint32_t lease_seq;
+    uint64_t cold_starts;
+};
+
+/* Helpers both halves use; callers hold the registry's lock. */
+void reg_changed(registry *r);        /* wakes the requests waiting for a slot */
+void reg_notify(registry *r);         /* runs the on-change callback (without the lock) */
+node *reg_find(registry *r, const char *id);
+int reg_has_model(const node *nd, const char *model);
+/* The need for a model the node can start; 0 with *found = 0 if it cannot. */
+uint64_t reg_loadable_need(const node *nd, const char *model, int *found);
+
+#endif
