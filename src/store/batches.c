@@ -73,31 +73,14 @@ static int idem_check(store *s, sqlite3 *db, const batch_new *b, char existing_i
 
 static int insert_items(store *s, sqlite3 *db, const batch_new *b)
 {
-    sqlite3_stmt *st = prep(s, db,
-        "INSERT INTO tasks(id,type,model,priority,status,attempts,max_attempts,input_json,created_ms,owner,"
-        "prompt_tokens,max_tokens,sensitivity,route_rule,batch_id,batch_index,custom_id) "
-        "VALUES(?1,?2,?3,?4,'queued',0,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15)");
+    sqlite3_stmt *st = prep(s, db, STORE_TASK_INSERT_SQL);
     if (!st) return STORE_ERR;
     int rc = STORE_OK;
     for (int i = 0; i < b->n && rc == STORE_OK; i++) {
         const task_new *t = &b->items[i];
         sqlite3_reset(st);
         sqlite3_clear_bindings(st);
-        bt(st, 1, t->id);
-        bt(st, 2, t->type);
-        bt(st, 3, t->model);
-        sqlite3_bind_int(st, 4, t->priority);
-        sqlite3_bind_int(st, 5, t->max_attempts);
-        bt(st, 6, t->input_json);
-        sqlite3_bind_int64(st, 7, t->created_ms);
-        bt(st, 8, t->owner ? t->owner : "");
-        sqlite3_bind_double(st, 9, t->prompt_tokens);
-        sqlite3_bind_double(st, 10, t->max_tokens);
-        bt(st, 11, t->sensitivity ? t->sensitivity : "normal");
-        bt(st, 12, t->route_rule);
-        bt(st, 13, b->id);
-        sqlite3_bind_int(st, 14, i);
-        bt(st, 15, b->custom_ids ? b->custom_ids[i] : NULL);
+        store_bind_task(st, t, b->id, i, b->custom_ids ? b->custom_ids[i] : NULL);
         if (sqlite3_step(st) != SQLITE_DONE) rc = store_db_err(s, "insert a batch item");
     }
     sqlite3_finalize(st);

@@ -115,9 +115,7 @@ static const char *const SQL[ST_N] = {
     [ST_BEGIN] = "BEGIN IMMEDIATE",
     [ST_COMMIT] = "COMMIT",
     [ST_ROLLBACK] = "ROLLBACK",
-    [ST_INSERT] = "INSERT INTO tasks(id,type,model,priority,status,attempts,max_attempts,"
-                  "input_json,idem_key,body_hash,created_ms,owner,prompt_tokens,max_tokens,sensitivity,route_rule) "
-                  "VALUES(?1,?2,?3,?4,'queued',0,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14)",
+    [ST_INSERT] = STORE_TASK_INSERT_SQL,
     [ST_IDEM] = "SELECT id, body_hash FROM tasks WHERE idem_key=?1",
     [ST_GET] = TASK_COLS "WHERE id=?1",
     [ST_STATE] = "SELECT status, attempts FROM tasks WHERE id=?1",
@@ -433,6 +431,28 @@ const char *store_errmsg(store *s) {
 
 /* ---- tasks -------------------------------------------------------------- */
 
+void store_bind_task(sqlite3_stmt *st, const task_new *t, const char *batch_id, int batch_index,
+                     const char *custom_id) {
+    bt(st, 1, t->id);
+    bt(st, 2, t->type);
+    bt(st, 3, t->model);
+    sqlite3_bind_int(st, 4, t->priority);
+    sqlite3_bind_int(st, 5, t->max_attempts);
+    bt(st, 6, t->input_json);
+    bt(st, 7, t->idem_key);
+    bt(st, 8, t->body_hash);
+    sqlite3_bind_int64(st, 9, t->created_ms);
+    bt(st, 10, t->owner ? t->owner : "");
+    sqlite3_bind_double(st, 11, t->prompt_tokens);
+    sqlite3_bind_double(st, 12, t->max_tokens);
+    bt(st, 13, t->sensitivity ? t->sensitivity : "normal");
+    bt(st, 14, t->route_rule);
+    bt(st, 15, batch_id);
+    if (batch_id) sqlite3_bind_int(st, 16, batch_index);
+    else sqlite3_bind_null(st, 16);
+    bt(st, 17, custom_id);
+}
+
 int store_task_insert(store *s, const task_new *t, char existing_id[64]) {
     if (!s || !t) return STORE_ERR;
     pthread_mutex_lock(&s->mu);
@@ -453,20 +473,7 @@ int store_task_insert(store *s, const task_new *t, char existing_id[64]) {
     }
     if (rc == STORE_OK) {
         sqlite3_stmt *st = ps(s, ST_INSERT);
-        bt(st, 1, t->id);
-        bt(st, 2, t->type);
-        bt(st, 3, t->model);
-        sqlite3_bind_int(st, 4, t->priority);
-        sqlite3_bind_int(st, 5, t->max_attempts);
-        bt(st, 6, t->input_json);
-        bt(st, 7, t->idem_key);
-        bt(st, 8, t->body_hash);
-        sqlite3_bind_int64(st, 9, t->created_ms);
-        bt(st, 10, t->owner ? t->owner : "");
-        sqlite3_bind_double(st, 11, t->prompt_tokens);
-        sqlite3_bind_double(st, 12, t->max_tokens);
-        bt(st, 13, t->sensitivity ? t->sensitivity : "normal");
-        bt(st, 14, t->route_rule);
+        store_bind_task(st, t, NULL, -1, NULL);
         rc = run_st(s, st, "insert task");
     }
     rc = end_tx(s, rc);

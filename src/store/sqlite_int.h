@@ -16,4 +16,14 @@ void store_db_unlock(store *s);
  * returns STORE_ERR.  Call with the lock held. */
 int store_db_err(store *s, const char *what);
 
+/* The one INSERT of a task, and its binding: plain tasks (with their
+ * idempotency key) and batch items (with their batch, index and custom id)
+ * go into the table the same way. */
+#define STORE_TASK_INSERT_SQL                                                                        \
+    "INSERT INTO tasks(id,type,model,priority,status,attempts,max_attempts,input_json,idem_key,"       \
+    "body_hash,created_ms,owner,prompt_tokens,max_tokens,sensitivity,route_rule,batch_id,batch_index," \
+    "custom_id) VALUES(?1,?2,?3,?4,'queued',0,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17)"
+void store_bind_task(sqlite3_stmt *st, const task_new *t, const char *batch_id, int batch_index,
+                     const char *custom_id);
+
 #endif
