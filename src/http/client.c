@@ -251,9 +251,16 @@ int http_call_stream(const http_call_opts *o, const http_stream_cbs *cb, http_re
 static struct {
     CURLM *multi;
     io_timer *timer;
+    io_timer *sweep;    /* asks waiting calls whether their callers left */
+    int sweep_armed;
     call_state *active; /* for aborting them all at shutdown */
     int ready;
 } A;
+
+/* curl runs a transfer's progress callback only when something happens on
+ * it, so a call waiting minutes for a silent node would not see its caller
+ * leave.  The loop asks every waiting call itself this often. */
+#define CANCEL_SWEEP_MS 200
 
 static atomic_int async_ready;
 
@@ -342,6 +349,35 @@ static void on_timer(void *ctx)
     reap();
 }
 
+static void arm_sweep(void)
+{
+    if (A.sweep_armed || !A.active) return;
+    A.sweep_armed = 1;
+    io_timer_set(A.sweep, CANCEL_SWEEP_MS);
+}
+
+static void on_sweep(void *ctx)
+{
+    (void)ctx;
+    A.sweep_armed = 0;
+    call_state *stop[64];
+    int n = 0;
+    for (call_state *st = A.active; st && n < 64; st = st->next)
+        if (on_progress(st, 0, 0, 0, 0)) stop[n++] = st;
+    /* Ended outside curl's own loop, exactly as reap() ends a finished one. */
+    for (int i = 0; i < n; i++) {
+        call_state *st = stop[i];
+        curl_multi_remove_handle(A.multi, st->h);
+        unlink_active(st);
+        http_result res;
+        finish(st, CURLE_ABORTED_BY_CALLBACK, &res);
+        st->done(st->done_ctx, &res);
+        http_result_free(&res);
+        async_free(st);
+    }
+    arm_sweep();
+}
+
 static int on_curl_timer(CURLM *m, long ms, void *userp)
 {
     (void)m; (void)userp;
@@ -354,6 +390,7 @@ static void async_setup(void *arg)
     (void)arg;
     A.multi = curl_multi_init();
     A.timer = io_timer_new(on_timer, NULL);
+    A.sweep = io_timer_new(on_sweep, NULL);
     /* Keep idle keep-alive connections to every node and engine. */
     curl_multi_setopt(A.multi, CURLMOPT_MAXCONNECTS, 1024L);
     curl_multi_setopt(A.multi, CURLMOPT_SOCKETFUNCTION, on_curl_socket);
@@ -368,6 +405,7 @@ static void async_add(void *arg)
     st->next = A.active;
     A.active = st;
     curl_multi_add_handle(A.multi, st->h); /* arms the timer at once */
+    arm_sweep();
 }
 
 static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
@@ -424,8 +462,11 @@ static void async_teardown(void *arg)
     if (!A.ready) return;
     curl_multi_cleanup(A.multi);
     io_timer_free(A.timer);
+    io_timer_free(A.sweep);
     A.multi = NULL;
     A.timer = NULL;
+    A.sweep = NULL;
+    A.sweep_armed = 0;
     A.ready = 0;
 }
 
