@@ -19,6 +19,18 @@ typedef struct cache_pool {
     h_proc *worker;
 } cache_pool;
 
+static int node_full(void *ctx)
+{
+    h_resp r;
+    int busy = 0;
+    if (!h_request(ctx, "GET", "/v1/nodes", NULL, NULL, &r))
+        busy = (int)json_integer_value(json_object_get(json_array_get(json_object_get(r.json, "data"), 0), "inflight"));
+    h_resp_free(&r);
+    return busy >= 2;
+}
+
+static int one_ready(void *ctx) { return h_node_count(ctx, "ready") >= 1; }
+
 static int setup(void **state)
 {
     cache_pool *cp = calloc(1, sizeof *cp);
@@ -346,17 +358,8 @@ static void waiting_request_is_looked_up_once_and_stored(void **state)
     h_pool *p = cp->p;
     pthread_t t[2];
     for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, busy_request, p);
-    int64_t until = h_now_ms() + 5000;
-    int busy = 0;
-    for (;;) {
-        h_resp r;
-        if (!h_request(p, "GET", "/v1/nodes", NULL, NULL, &r))
-            busy = (int)json_integer_value(json_object_get(json_array_get(json_object_get(r.json, "data"), 0), "inflight"));
-        h_resp_free(&r);
-        if (busy >= 2 || h_now_ms() > until) break;
-        usleep(20 * 1000);
-    }
-    assert_true(busy >= 2); /* so the next request cannot be placed at once */
+    /* both slots taken, so the next request cannot be placed at once */
+    assert_true(h_wait_until(node_full, p, 5000));
     char *body = chat(NULL, "Which planet is closest to the sun?", 0, 0);
     double lookups = metric(p, "gpupool_cache_lookups_total");
     answer a = ask(p, body, NULL);
@@ -417,8 +420,7 @@ static void persists_across_restart(void **state)
     h_restart_coordinator(p);
     /* The model must be known again (its worker registers anew) before the
      * request is looked up at all. */
-    int64_t until = h_now_ms() + 15000;
-    while (h_node_count(p, "ready") < 1 && h_now_ms() < until) usleep(100 * 1000);
+    assert_true(h_wait_until(one_ready, p, 15000));
     answer b = ask(p, body, NULL);
     assert_int_equal(b.status, 200);
     assert_string_equal(b.cache, "hit");
