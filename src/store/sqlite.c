@@ -12,6 +12,7 @@
 #include "util/err.h"
 #include "util/clock.h"
 #include "util/log.h"
+#include "util/opts.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -91,7 +92,7 @@ static const char SCHEMA[] =
 
 enum {
     ST_BEGIN, ST_COMMIT, ST_ROLLBACK, ST_INSERT, ST_IDEM, ST_GET, ST_STATE, ST_LIST,
-    ST_LIST_STATUS, ST_NEXT, ST_CLAIM, ST_ATT_NEW, ST_FINISH, ST_ATT_END, ST_ATT_CLOSE,
+    ST_LIST_STATUS, ST_CLAIM, ST_ATT_NEW, ST_FINISH, ST_ATT_END, ST_ATT_CLOSE,
     ST_REQUEUE, ST_CANCEL, ST_RQ_ATT, ST_RQ_ALL, ST_COUNTS, ST_ATTEMPTS, ST_AHEAD, ST_QUEUED, ST_HEDGE, ST_ATT_OPEN, ST_N
 };
 
@@ -121,8 +122,6 @@ static const char *const SQL[ST_N] = {
     [ST_STATE] = "SELECT status, attempts FROM tasks WHERE id=?1",
     [ST_LIST] = TASK_COLS "ORDER BY created_ms DESC, rowid DESC LIMIT ?1",
     [ST_LIST_STATUS] = TASK_COLS "WHERE status=?2 ORDER BY created_ms DESC, rowid DESC LIMIT ?1",
-    [ST_NEXT] = "SELECT id FROM tasks WHERE status='queued' "
-                "ORDER BY priority DESC, created_ms ASC, rowid ASC LIMIT ?1",
     [ST_CLAIM] = "UPDATE tasks SET status='running', node=?2, attempts=attempts+1, "
                  "started_ms=?3 WHERE id=?1",
     [ST_ATT_NEW] = "INSERT INTO attempts(task_id,attempt,node,started_ms) VALUES(?1,?2,?3,?4)",
@@ -282,34 +281,6 @@ static int close_open_attempts(store *s, const char *id, int64_t ended, const ch
 
 /* ---- open / close ------------------------------------------------------- */
 
-/* mkdir -p with mode 0700 for the directories it creates. */
-static int mkdir_p(const char *dir, char *err, size_t errlen) {
-    char *p = strdup(dir);
-    if (!p) {
-        err_out(err, errlen, "store: out of memory");
-        return -1;
-    }
-    for (char *c = p + 1;; c++) {
-        if (*c != '/' && *c != '\0') continue;
-        char save = *c;
-        *c = '\0';
-        if (mkdir(p, 0700) != 0 && errno != EEXIST) {
-            err_out(err, errlen, "store: cannot create directory %s: %s", p, strerror(errno));
-            free(p);
-            return -1;
-        }
-        *c = save;
-        if (!save) break;
-    }
-    free(p);
-    struct stat sb;
-    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-        err_out(err, errlen, "store: %s is not a directory", dir);
-        return -1;
-    }
-    return 0;
-}
-
 /* Runs a single-row statement and copies its first column as text. */
 static int query_text(sqlite3 *db, const char *sql, char *out, size_t outlen) {
     sqlite3_stmt *st = NULL;
@@ -388,7 +359,10 @@ store *store_open(const char *dir, char *err, size_t errlen) {
         err_out(err, errlen, "store: no data directory given");
         return NULL;
     }
-    if (mkdir_p(dir, err, errlen) != 0) return NULL;
+    if (make_dirs(dir)) {
+        err_out(err, errlen, "store: cannot create directory %s: %s", dir, strerror(errno));
+        return NULL;
+    }
     size_t n = strlen(dir) + sizeof "/gpupool.db";
     char *path = malloc(n);
     store *s = calloc(1, sizeof *s);
@@ -522,53 +496,6 @@ void task_rec_free(task_rec *t) {
     memset(t, 0, sizeof *t);
 }
 
-static json_t *jstr(const char *v) {
-    json_t *j = v ? json_string(v) : NULL;
-    return j ? j : json_null();
-}
-
-static json_t *jms(int64_t v) {
-    return v ? json_integer(v) : json_null();
-}
-
-json_t *store_task_json(const task_rec *t) {
-    if (!t) return NULL;
-    json_t *o = json_object();
-    if (!o) return NULL;
-    json_object_set_new(o, "id", jstr(t->id));
-    json_object_set_new(o, "object", json_string("task"));
-    json_object_set_new(o, "type", jstr(t->type));
-    json_object_set_new(o, "model", jstr(t->model));
-    json_object_set_new(o, "priority", json_integer(t->priority));
-    json_object_set_new(o, "status", jstr(t->status));
-    json_object_set_new(o, "attempts", json_integer(t->attempts));
-    json_object_set_new(o, "max_attempts", json_integer(t->max_attempts));
-    json_object_set_new(o, "node", jstr(t->node));
-    json_object_set_new(o, "created_at", json_integer(t->created_ms));
-    json_object_set_new(o, "started_at", jms(t->started_ms));
-    json_object_set_new(o, "finished_at", jms(t->finished_ms));
-    json_object_set_new(o, "queued_ms",
-                        t->started_ms ? json_integer(t->started_ms - t->created_ms) : json_null());
-    json_object_set_new(o, "run_ms", t->started_ms && t->finished_ms
-                                         ? json_integer(t->finished_ms - t->started_ms)
-                                         : json_null());
-    json_t *result = t->result_json ? json_loads(t->result_json, JSON_DECODE_ANY, NULL) : NULL;
-    json_object_set_new(o, "result", result ? result : json_null());
-    json_t *error = json_null();
-    if (t->error_code) {
-        error = json_object();
-        json_object_set_new(error, "code", jstr(t->error_code));
-        json_object_set_new(error, "message", json_string(t->error_message ? t->error_message : ""));
-    }
-    json_object_set_new(o, "error", error);
-    json_t *route = json_object();
-    json_object_set_new(route, "sensitivity", jstr(t->sensitivity ? t->sensitivity : "normal"));
-    json_object_set_new(route, "rule", jstr(t->route_rule));
-    json_object_set_new(o, "route", route);
-    if (t->batch_id) json_object_set_new(o, "batch_id", json_string(t->batch_id));
-    return o;
-}
-
 /* Ends a row loop that built arr under the lock: on a database error the
  * partial array is dropped.  Resets the statement and unlocks. */
 static json_t *end_rows(store *s, sqlite3_stmt *st, int r, json_t *arr, const char *what)
@@ -601,21 +528,6 @@ json_t *store_task_list(store *s, const char *status, int limit) {
         task_rec_free(&t);
     }
     return end_rows(s, st, r, arr, "list tasks");
-}
-
-int store_task_next_queued(store *s, char (*ids)[64], int max) {
-    if (!s) return STORE_ERR;
-    if (!ids || max <= 0) return 0;
-    pthread_mutex_lock(&s->mu);
-    sqlite3_stmt *st = ps(s, ST_NEXT);
-    sqlite3_bind_int(st, 1, max);
-    int n = 0, r = SQLITE_DONE;
-    while (n < max && (r = sqlite3_step(st)) == SQLITE_ROW)
-        snprintf(ids[n++], 64, "%s", (const char *)sqlite3_column_text(st, 0));
-    if (n < max && r != SQLITE_DONE) n = db_err(s, "next queued tasks");
-    sqlite3_reset(st);
-    pthread_mutex_unlock(&s->mu);
-    return n;
 }
 
 int store_task_queued(store *s, queued_task *out, int max) {
@@ -865,11 +777,11 @@ json_t *store_task_attempts(store *s, const char *id) {
     while ((r = sqlite3_step(st)) == SQLITE_ROW) {
         json_t *a = json_object();
         json_object_set_new(a, "attempt", json_integer(sqlite3_column_int(st, 0)));
-        json_object_set_new(a, "node", jstr((const char *)sqlite3_column_text(st, 1)));
+        json_object_set_new(a, "node", store_json_str((const char *)sqlite3_column_text(st, 1)));
         json_object_set_new(a, "started_at", json_integer(sqlite3_column_int64(st, 2)));
-        json_object_set_new(a, "ended_at", jms(sqlite3_column_int64(st, 3)));
-        json_object_set_new(a, "outcome", jstr((const char *)sqlite3_column_text(st, 4)));
-        json_object_set_new(a, "message", jstr((const char *)sqlite3_column_text(st, 5)));
+        json_object_set_new(a, "ended_at", store_json_ms(sqlite3_column_int64(st, 3)));
+        json_object_set_new(a, "outcome", store_json_str((const char *)sqlite3_column_text(st, 4)));
+        json_object_set_new(a, "message", store_json_str((const char *)sqlite3_column_text(st, 5)));
         json_array_append_new(arr, a);
     }
     return end_rows(s, st, r, arr, "list attempts");

@@ -4,7 +4,9 @@
 #ifndef GPUPOOL_STORE_SQLITE_INT_H
 #define GPUPOOL_STORE_SQLITE_INT_H
 
+#include <jansson.h>
 #include <sqlite3.h>
+#include <stdint.h>
 
 #include "store/store.h"
 
@@ -25,5 +27,9 @@ int store_db_err(store *s, const char *what);
     "custom_id) VALUES(?1,?2,?3,?4,'queued',0,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17)"
 void store_bind_task(sqlite3_stmt *st, const task_new *t, const char *batch_id, int batch_index,
                      const char *custom_id);
+
+/* JSON for a column value: null for a NULL string or a 0 time (display). */
+json_t *store_json_str(const char *v);
+json_t *store_json_ms(int64_t v);
 
 #endif

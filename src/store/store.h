@@ -64,9 +64,6 @@ json_t *store_task_list(store *s, const char *status, int limit);
 /* The public JSON view of a task (what GET /v1/tasks/{id} shows). */
 json_t *store_task_json(const task_rec *t);
 
-/* Up to max queued tasks in dispatch order: priority desc, then created asc.
- * Fills ids (each 64 bytes) and returns how many. */
-int store_task_next_queued(store *s, char (*ids)[64], int max);
 /* What the queue orders by, for up to max queued tasks (priority desc, then
  * oldest first, as a starting order).  Returns how many. */
 typedef struct queued_task {

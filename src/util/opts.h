@@ -26,6 +26,9 @@ int write_file_atomic(const char *path, const char *content);
 int write_port_file(const char *path, int port);
 /* Reads a small text file, trims trailing whitespace; NULL if unreadable. */
 char *read_small_file(const char *path, size_t max);
+/* mkdir -p, mode 0700 for what it creates.  0 when dir is a directory at the
+ * end; -1 with errno set (ENOTDIR when something else is in the way). */
+int make_dirs(const char *dir);
 
 /* Blocks SIGINT and SIGTERM in the calling thread (call before starting any
  * thread, so all inherit it; the main thread then takes them with sigwait)

@@ -22,6 +22,7 @@
 #include "util/clock.h"
 #include "util/err.h"
 #include "util/log.h"
+#include "util/opts.h"
 #include "worker/residency.h"
 
 #define LOAD_USAGE "--load wants NAME=FILE.gguf[,ctx=N][,parallel=N][,keep-alive=D][,ctk=T][,ctv=T][,fa=on|off][,pin]"
@@ -204,19 +205,6 @@ static int answers(const char *url)
     return ok;
 }
 
-static int mkdir_p(const char *dir)
-{
-    char p[700];
-    snprintf(p, sizeof p, "%s", dir);
-    for (char *s = p + 1; *s; s++) {
-        if (*s != '/') continue;
-        *s = 0;
-        if (mkdir(p, 0700) && errno != EEXIST) return -1;
-        *s = '/';
-    }
-    return mkdir(p, 0700) && errno != EEXIST ? -1 : 0;
-}
-
 /* The log of this start, the previous one kept beside it.  -1 when it
  * cannot be made: the engine then starts with the worker's own output. */
 static int open_log(const managed_spec *m, const char *cmdline)
@@ -225,7 +213,7 @@ static int open_log(const managed_spec *m, const char *cmdline)
     snprintf(dir, sizeof dir, "%s", m->log_path);
     char *slash = strrchr(dir, '/');
     if (slash) *slash = 0;
-    if (slash && mkdir_p(dir)) {
+    if (slash && make_dirs(dir)) {
         log_warn("cannot make %s for the engine logs: %s", dir, strerror(errno));
         return -1;
     }

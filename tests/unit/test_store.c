@@ -510,16 +510,16 @@ static void test_next_queued_order(void **state) {
     add(f->s, "task_running", 9, 50);
     int attempt = 0;
     assert_int_equal(store_task_claim(f->s, "task_running", "gpu-a", 60, &attempt), STORE_OK);
-    char ids[10][64];
-    assert_int_equal(store_task_next_queued(f->s, ids, 10), 5);
-    assert_string_equal(ids[0], "task_high_old");
-    assert_string_equal(ids[1], "task_high_new");
-    assert_string_equal(ids[2], "task_mid_tie_a");
-    assert_string_equal(ids[3], "task_mid_tie_b");
-    assert_string_equal(ids[4], "task_low_old");
-    assert_int_equal(store_task_next_queued(f->s, ids, 2), 2);
-    assert_string_equal(ids[1], "task_high_new");
-    assert_int_equal(store_task_next_queued(f->s, ids, 0), 0);
+    queued_task q[10];
+    assert_int_equal(store_task_queued(f->s, q, 10), 5);
+    assert_string_equal(q[0].id, "task_high_old");
+    assert_string_equal(q[1].id, "task_high_new");
+    assert_string_equal(q[2].id, "task_mid_tie_a");
+    assert_string_equal(q[3].id, "task_mid_tie_b");
+    assert_string_equal(q[4].id, "task_low_old");
+    assert_int_equal(store_task_queued(f->s, q, 2), 2);
+    assert_string_equal(q[1].id, "task_high_new");
+    assert_int_equal(store_task_queued(f->s, q, 0), 0);
     /* The queue position agrees with the dispatch order. */
     const char *order[] = {"task_high_old", "task_high_new", "task_mid_tie_a", "task_mid_tie_b", "task_low_old"};
     for (int i = 0; i < 5; i++) {
