@@ -7,23 +7,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-${FUZZ_SECONDS:-60}}
-OUT=fuzz/out
-CORPUS=fuzz/out/corpus-cache   # under fuzz/out/: gitignored
-mkdir -p "$OUT" "$CORPUS"
-
-CC=${FUZZ_CC:-}
-if [ -z "$CC" ]; then
-    for c in clang clang-14 clang-15 clang-16; do
-        if command -v "$c" >/dev/null; then CC=$c; break; fi
-    done
-fi
-[ -n "$CC" ] || { echo "fuzz/run_cache.sh: no clang (run fuzz/run.sh once to install it)" >&2; exit 2; }
-
-SRC="src/policy/embed.c src/policy/cache_key.c src/policy/cache_replay.c src/util/buf.c"
-PKG="jansson libcrypto"
-FLAGS="-std=c17 -D_GNU_SOURCE -g -O1 -Isrc -fno-omit-frame-pointer $(pkg-config --cflags $PKG)"
-"$CC" $FLAGS -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-    fuzz/fuzz_cache.c $SRC -o "$OUT/fuzz_cache" $(pkg-config --libs $PKG) -lm
+. fuzz/lib.sh
+CORPUS=$OUT/corpus-cache
+mkdir -p "$CORPUS"
+fuzz_find_cc fuzz/run_cache.sh
+fuzz_build cache "src/policy/embed.c src/policy/cache_key.c src/policy/cache_replay.c src/util/buf.c" "jansson libcrypto" -lm
 
 # Seeds: mixed scripts, contractions, numerals, a chat body, a stream.
 seed() { printf '%s' "$2" >"$CORPUS/seed-$1"; }
@@ -33,6 +21,4 @@ seed done  '{"id":"x","object":"chat.completion","choices":[{"index":0,"message"
 printf 'data: {"id":"x","choices":[{"index":0,"delta":{"role":"assistant","content":"Hel"}}]}\r\n\r\ndata: {"id":"x","choices":[{"index":0,"delta":{"content":"lo","tool_calls":[{"index":0,"id":"t","function":{"name":"f","arguments":"{"}}]},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n' >"$CORPUS/seed-sse"
 printf '\xff\xfe \xe6\x9c \xc0\xaf don\xe2\x80\x99t' >"$CORPUS/seed-badutf8"
 
-echo "fuzz/run_cache.sh: fuzzing for ${SECS}s with $CC" >&2
-"$OUT/fuzz_cache" "$CORPUS" -max_total_time="$SECS" -rss_limit_mb=1024 -max_len=65536 \
-    -artifact_prefix="$OUT/cache-" -print_final_stats=1
+fuzz_run cache "$CORPUS" "$SECS"

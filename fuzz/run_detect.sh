@@ -7,22 +7,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-${FUZZ_SECONDS:-60}}
-OUT=fuzz/out
-CORPUS=fuzz/out/corpus-detect   # under fuzz/out/: gitignored
-mkdir -p "$OUT" "$CORPUS"
-
-CC=${FUZZ_CC:-}
-if [ -z "$CC" ]; then
-    for c in clang clang-14 clang-15 clang-16; do
-        if command -v "$c" >/dev/null; then CC=$c; break; fi
-    done
-fi
-[ -n "$CC" ] || { echo "fuzz/run_detect.sh: no clang (run fuzz/run.sh once to install it)" >&2; exit 2; }
-
-SRC="src/policy/detect.c src/policy/redact.c"
-FLAGS="-std=c17 -D_GNU_SOURCE -g -O1 -Isrc -fno-omit-frame-pointer $(pkg-config --cflags libpcre2-8 jansson)"
-"$CC" $FLAGS -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-    fuzz/fuzz_detect.c $SRC -o "$OUT/fuzz_detect" $(pkg-config --libs libpcre2-8 jansson)
+. fuzz/lib.sh
+CORPUS=$OUT/corpus-detect
+mkdir -p "$CORPUS"
+fuzz_find_cc fuzz/run_detect.sh
+fuzz_build detect "src/policy/detect.c src/policy/redact.c" "libpcre2-8 jansson"
 
 # Seeds: the shapes the detectors look for, in and around CJK and JSON.
 seed() { printf '%s' "$2" >"$CORPUS/seed-$1"; }
@@ -34,6 +23,4 @@ seed kw    '这是机密 SECRET project EMP-123456 token: abc'
 seed chat  '{"model":"m","messages":[{"role":"system","content":"机密"},{"role":"user","content":[{"type":"text","text":"a@b.cn"}]},{"role":"assistant","tool_calls":[{"function":{"arguments":"{\"p\":\"\\u673a\\u5bc6 13800138000\"}"}}]}],"prompt":["x"],"input":"y"}'
 printf '\xff\xfe 13800138000 \xe6\x9c \xc0\xaf' >"$CORPUS/seed-badutf8"
 
-echo "fuzz/run_detect.sh: fuzzing for ${SECS}s with $CC" >&2
-"$OUT/fuzz_detect" "$CORPUS" -max_total_time="$SECS" -rss_limit_mb=1024 -max_len=65536 \
-    -artifact_prefix="$OUT/detect-" -print_final_stats=1
+fuzz_run detect "$CORPUS" "$SECS"
