@@ -241,19 +241,30 @@ reg_wait registry_acquire_wait(registry *r, const reg_request *rq, const char *c
     if (b == PLACE_OK) { pthread_mutex_unlock(&r->mu); return REG_OK; }
     if (b == PLACE_NO_MODEL) { pthread_mutex_unlock(&r->mu); return REG_NO_MODEL; }
     if (b == PLACE_UNAVAILABLE && nexclude > 0) { pthread_mutex_unlock(&r->mu); return REG_EXHAUSTED; }
-    if (b == PLACE_NO_FIT) { pthread_mutex_unlock(&r->mu); return REG_NO_FIT; }
-    if (r->waiters >= max_waiters) { pthread_mutex_unlock(&r->mu); return REG_QUEUE_FULL; }
+    /* Not fitting may be a heartbeat behind an unload that freed the room:
+     * give it one heartbeat interval before saying it fits nowhere. */
+    int64_t no_fit_until = 0;
+    if (b == PLACE_NO_FIT) {
+        no_fit_until = mono_ms() + r->cfg.heartbeat_ms;
+        if (no_fit_until > deadline) no_fit_until = deadline;
+    }
+    if (r->waiters >= max_waiters) { pthread_mutex_unlock(&r->mu); return b == PLACE_NO_FIT ? REG_NO_FIT : REG_QUEUE_FULL; }
     waiter **tail = &r->queue;
     while (*tail) tail = &(*tail)->next;
     *tail = &me;
     r->waiters++;
     reg_wait result = REG_TIMEOUT;
-    struct timespec ts = mono_at(deadline);
+    struct timespec ts = mono_at(no_fit_until ? no_fit_until : deadline);
     for (;;) {
         if (first_for_model(r, &me)) {
             b = try_acquire(r, rq, exclude, nexclude, out);
             if (b == PLACE_OK) { result = REG_OK; break; }
+            if (b != PLACE_NO_FIT && no_fit_until) {
+                no_fit_until = 0; /* room came: wait as for any slot now */
+                ts = mono_at(deadline);
+            }
         }
+        if (no_fit_until && mono_ms() >= no_fit_until) { result = REG_NO_FIT; break; }
         if (mono_ms() >= deadline || r->stopping) break;
         pthread_cond_timedwait(&r->cv, &r->mu, &ts);
     }

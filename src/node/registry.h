@@ -92,7 +92,9 @@ typedef enum reg_wait {
 place_block registry_acquire(registry *r, const reg_request *rq, const char *const *exclude, int nexclude,
                              node_lease *out);
 /* Waits (bounded queue of at most max_waiters) until a slot is free or the
- * deadline (monotonic ms) passes.  Waiters for one model go by priority,
+ * deadline (monotonic ms) passes.  A model that fits no node's free VRAM is
+ * given one heartbeat interval (an unload may not be reported yet) before
+ * REG_NO_FIT.  Waiters for one model go by priority,
  * then first come first served. */
 reg_wait registry_acquire_wait(registry *r, const reg_request *rq, const char *const *exclude, int nexclude,
                                int64_t deadline, int max_waiters, node_lease *out);
