@@ -3,7 +3,10 @@
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 
@@ -43,6 +46,38 @@ void sha256_hex(const void *data, size_t len, char out[65])
     unsigned int mdlen = 0;
     EVP_Digest(data, len, md, &mdlen, EVP_sha256(), NULL);
     to_hex(md, 32, out);
+}
+
+int sha256_file_hex(const char *path, char out[65])
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    EVP_MD_CTX *md = EVP_MD_CTX_new();
+    int rc = md && EVP_DigestInit_ex(md, EVP_sha256(), NULL) == 1 ? 0 : -1;
+    size_t cap = 1 << 20, n;
+    unsigned char *block = rc ? NULL : malloc(cap);
+    if (!block) rc = -1;
+    while (!rc && (n = fread(block, 1, cap, f)) > 0)
+        if (EVP_DigestUpdate(md, block, n) != 1) rc = -1;
+    if (!rc && ferror(f)) { rc = -1; errno = EIO; }
+    unsigned char digest[32];
+    unsigned int len = 0;
+    if (!rc && EVP_DigestFinal_ex(md, digest, &len) != 1) rc = -1;
+    if (!rc) to_hex(digest, 32, out);
+    int saved = errno;
+    free(block);
+    EVP_MD_CTX_free(md);
+    fclose(f);
+    errno = saved;
+    return rc;
+}
+
+void hmac_sha256_hex(const char *key, const void *data, size_t len, char out[65])
+{
+    unsigned char mac[32];
+    unsigned int maclen = 0;
+    HMAC(EVP_sha256(), key, (int)strlen(key), data, len, mac, &maclen);
+    to_hex(mac, 32, out);
 }
 
 int secret_equal(const char *a, const char *b)

@@ -267,6 +267,19 @@ static void buffers_and_ids(void **state)
     assert_true(secret_equal("abc", "abc"));
     assert_false(secret_equal("abc", "abd"));
     assert_false(secret_equal("abc", "abcd"));
+    /* RFC 4231 test case 2 */
+    hmac_sha256_hex("Jefe", "what do ya want for nothing?", 28, h);
+    assert_string_equal(h, "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+    char path[] = "/tmp/gpupool-sha-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "abc", 3), 3);
+    close(fd);
+    char fh[65];
+    assert_int_equal(sha256_file_hex(path, fh), 0);
+    assert_string_equal(fh, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    unlink(path);
+    assert_int_equal(sha256_file_hex(path, fh), -1);
 }
 
 int main(void)
