@@ -487,12 +487,18 @@ int cmd_serve(int argc0, char **argv0)
     char offline[64][40];
     int64_t expired_at = mono_ms();
     for (;;) {
-        struct timespec ts = {0, (long)(o.heartbeat_ms / 2) * 1000000L};
-        if (o.heartbeat_ms / 2 >= 1000) ts = (struct timespec){o.heartbeat_ms / 2000, 0};
+        /* Wake when the next node would turn silent or offline, so a frozen
+         * node is noticed on time rather than up to a tick late. */
+        int64_t now = mono_ms(), wait_ms = registry_next_deadline(reg, now) - now;
+        if (wait_ms > o.heartbeat_ms / 2) wait_ms = o.heartbeat_ms / 2;
+        if (wait_ms < 5) wait_ms = 5;
+        struct timespec ts = {(time_t)(wait_ms / 1000), (long)(wait_ms % 1000) * 1000000L};
         int sig = sigtimedwait(&sigs, NULL, &ts);
         if (sig == SIGINT || sig == SIGTERM) { log_info("stopping on signal %d", sig); break; }
         int n = registry_sweep(reg, mono_ms(), offline, 64);
         for (int i = 0; i < n && i < 64; i++) dispatcher_node_offline(disp, offline[i]);
+        n = registry_silent(reg, mono_ms(), offline, 64);
+        for (int i = 0; i < n && i < 64; i++) dispatcher_node_silent(disp, offline[i]);
         /* Lookups never return expired entries; this gives their bytes back. */
         if (cache && mono_ms() - expired_at >= 60000) {
             expired_at = mono_ms();

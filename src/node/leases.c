@@ -137,7 +137,7 @@ static place_candidate candidate(const node *nd, const reg_request *rq, const ch
     json_t *entry = !reg_has_model(nd, model) && loadable ? loadable_entry(nd, model) : NULL;
     if (entry) evicting = json_array_size(json_object_get(entry, "evicts")) > 0;
     model_view v = view_for(nd, model, now);
-    return (place_candidate){.id = nd->id, .ready = nd->state == NODE_READY && breaker_ok,
+    return (place_candidate){.id = nd->id, .ready = nd->state == NODE_READY && breaker_ok && !nd->silent_reported,
                              .has_model = reg_has_model(nd, model), .loadable = loadable, .need_bytes = need,
                              .excluded = excluded(nd->id, ex, nex) || (rq->trusted_only && nd->external),
                              .inflight = v.inflight, .slots = v.slots, .evicting = evicting,

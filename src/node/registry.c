@@ -255,6 +255,7 @@ int registry_register(registry *r, const char *bearer, json_t *req, const char *
     nd->token[0] = 0;
     issue_token(r, nd, now);
     nd->last_beat = now;
+    nd->silent_reported = 0;
     nd->seq = 0;
     /* Work is sent only after a heartbeat proves the worker holds its new
      * token; otherwise the first dispatch could race the worker storing it. */
@@ -307,6 +308,7 @@ int registry_heartbeat(registry *r, const char *bearer, json_t *req, const char 
     }
     nd->seq = seq;
     nd->last_beat = now;
+    nd->silent_reported = 0;
     absorb_report(nd, req);
     node_state was = nd->state;
     json_t *ready = json_object_get(req, "ready");
@@ -367,6 +369,47 @@ int registry_sweep(registry *r, int64_t now, char (*offline)[40], int max)
     if (count) reg_changed(r);
     pthread_mutex_unlock(&r->mu);
     return count;
+}
+
+static int64_t silent_after_ms(const registry_cfg *cfg)
+{
+    return cfg->heartbeat_ms * (cfg->missed_beats - 1) + cfg->heartbeat_ms / 2;
+}
+
+int registry_silent(registry *r, int64_t now, char (*silent)[40], int max)
+{
+    int count = 0;
+    int64_t after = silent_after_ms(&r->cfg);
+    pthread_mutex_lock(&r->mu);
+    for (int i = 0; i < r->n; i++) {
+        node *nd = r->nodes[i];
+        if (nd->external || nd->state == NODE_OFFLINE || nd->silent_reported || now - nd->last_beat <= after)
+            continue;
+        nd->silent_reported = 1;
+        log_warn("node %s (%s) is silent: no heartbeat for %lld ms; its running work starts again elsewhere", nd->id,
+                 nd->name, (long long)(now - nd->last_beat));
+        if (count < max) snprintf(silent[count], 40, "%s", nd->id);
+        count++;
+    }
+    if (count) reg_changed(r);
+    pthread_mutex_unlock(&r->mu);
+    return count;
+}
+
+int64_t registry_next_deadline(registry *r, int64_t now)
+{
+    int64_t next = INT64_MAX;
+    int64_t offline_after = r->cfg.heartbeat_ms * r->cfg.missed_beats, silent_after = silent_after_ms(&r->cfg);
+    pthread_mutex_lock(&r->mu);
+    for (int i = 0; i < r->n; i++) {
+        const node *nd = r->nodes[i];
+        if (nd->open_until && nd->open_until < next) next = nd->open_until;
+        if (nd->external || nd->state == NODE_OFFLINE) continue;
+        int64_t due = nd->last_beat + (nd->silent_reported ? offline_after : silent_after) + 1;
+        if (due < next) next = due;
+    }
+    pthread_mutex_unlock(&r->mu);
+    return next < now ? now : next;
 }
 
 static const char *breaker_name(const node *nd)

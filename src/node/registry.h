@@ -70,6 +70,17 @@ int registry_heartbeat(registry *r, const char *bearer, json_t *req, const char 
  * cooldown is over take one probe; writes the ids of nodes that went offline
  * (up to max) and returns how many went offline on this call. */
 int registry_sweep(registry *r, int64_t now, char (*offline)[40], int max);
+/* A frozen machine (a laptop lid shut, SIGSTOP) keeps its sockets open and
+ * answers nothing, so its calls neither fail nor finish.  A ready node
+ * whose heartbeats are overdue by more than (missed_beats - 1) intervals
+ * and a half is "silent": placement passes it over, and this writes the ids
+ * of nodes that turned silent since the last call (up to max, each once per
+ * silence) so their running work can start again elsewhere before the node
+ * is declared offline.  Returns how many. */
+int registry_silent(registry *r, int64_t now, char (*silent)[40], int max);
+/* The monotonic ms at which the next node would turn silent or offline, or
+ * its breaker cooldown end, if nothing is heard; INT64_MAX when no node. */
+int64_t registry_next_deadline(registry *r, int64_t now);
 
 /* A failed dispatch makes the node not-ready until its next heartbeat, and
  * counts towards its circuit breaker: after `breaker_failures` failures in a

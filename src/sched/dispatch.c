@@ -27,6 +27,7 @@ typedef struct exec {
     int hedge;         /* this attempt was started beside a slow one */
     int hedged;        /* a second attempt was started beside this one */
     int64_t hedge_next_ms; /* when to look for a node to hedge on again */
+    int node_silent;   /* its node's heartbeats are overdue: start it elsewhere now */
     char *body;
     api_kind kind;
     node_lease lease;
@@ -96,6 +97,19 @@ void dispatcher_task_queued(dispatcher *d)
 void dispatcher_node_offline(dispatcher *d, const char *node_id)
 {
     cancel_where(d, node_id, NULL, CANCEL_NODE_OFFLINE);
+}
+
+void dispatcher_node_silent(dispatcher *d, const char *node_id)
+{
+    pthread_mutex_lock(&d->mu);
+    for (exec *e = d->running; e; e = e->next)
+        if (!strcmp(e->lease.node_id, node_id)) {
+            e->node_silent = 1;
+            e->hedge_next_ms = 0;
+        }
+    d->woken = 1;
+    pthread_cond_broadcast(&d->cv);
+    pthread_mutex_unlock(&d->mu);
 }
 
 void dispatcher_cancel_task(dispatcher *d, const char *task_id) { cancel_where(d, NULL, task_id, CANCEL_USER); }
@@ -410,23 +424,25 @@ static enum start_rc start_one(dispatcher *d, const queued_task *q, const char *
     return STARTED;
 }
 
-/* Attempts running past hedge_factor x their estimate get a second attempt
- * on another node, while attempts remain. */
+/* Attempts running past hedge_factor x their estimate, or on a node gone
+ * silent, get a second attempt on another node, while attempts remain. */
 static void hedge_slow(dispatcher *d)
 {
-    if (d->cfg.hedge_factor <= 0) return;
     int64_t now = mono_ms();
     char ids[32][64];
     char nodes[32][40];
+    int silent[32];
     int n = 0;
     pthread_mutex_lock(&d->mu);
     for (exec *e = d->running; e && n < 32; e = e->next) {
         if (e->hedge || e->hedged || e->cancel != CANCEL_NONE || e->attempt >= e->max_attempts) continue;
         double limit = d->cfg.hedge_factor * e->lease.est_ms;
         if (limit < d->cfg.hedge_min_ms) limit = (double)d->cfg.hedge_min_ms;
-        if (now - e->started_ms < limit || now < e->hedge_next_ms) continue;
+        int slow = d->cfg.hedge_factor > 0 && now - e->started_ms >= limit;
+        if (!(slow || e->node_silent) || now < e->hedge_next_ms) continue;
         snprintf(ids[n], sizeof ids[n], "%s", e->task_id);
         snprintf(nodes[n], sizeof nodes[n], "%s", e->lease.node_id);
+        silent[n] = e->node_silent;
         /* A busy pool may have no node for it now: look again in a second,
          * not on every pass. */
         e->hedge_next_ms = now + 1000;
@@ -463,8 +479,8 @@ static void hedge_slow(dispatcher *d)
         for (exec *x = d->running; x; x = x->next)
             if (x != e && !strcmp(x->task_id, ids[i]) && !x->hedge) x->hedged = 1;
         pthread_mutex_unlock(&d->mu);
-        log_warn("task %s: attempt on %s is slow; attempt %d started on %s, the first result wins", ids[i],
-                 nodes[i], attempt, lease.node_id);
+        log_warn("task %s: attempt on %s is %s; attempt %d started on %s, the first result wins", ids[i], nodes[i],
+                 silent[i] ? "on a silent node" : "slow", attempt, lease.node_id);
     }
 }
 

@@ -43,6 +43,9 @@ void dispatcher_wake(dispatcher *d);
 void dispatcher_task_queued(dispatcher *d);
 /* The node went offline: its running calls are cancelled and re-queued. */
 void dispatcher_node_offline(dispatcher *d, const char *node_id);
+/* The node's heartbeats are overdue (registry_silent): its running attempts
+ * start again on another node now; the first result wins. */
+void dispatcher_node_silent(dispatcher *d, const char *node_id);
 /* The task was canceled by a user: stop its call. */
 void dispatcher_cancel_task(dispatcher *d, const char *task_id);
 int dispatcher_running(dispatcher *d);

@@ -130,6 +130,42 @@ static void token_rotates_at_half_life_and_old_one_lingers(void **state)
     registry_free(r);
 }
 
+/* A frozen node is passed over, and named once, after two and a half
+ * intervals of silence; a heartbeat ends the silence. */
+static void overdue_heartbeats_make_a_node_silent(void **state)
+{
+    (void)state;
+    registry *r = new_registry();
+    char a[64], ta[80], b[64], tb[80];
+    join(r, FP_A, 0, a, ta);
+    join(r, FP_B, 2000, b, tb);
+    char ids[4][40];
+    assert_int_equal(registry_next_deadline(r, 0), 2501);
+    assert_int_equal(registry_silent(r, 2500, ids, 4), 0);
+    assert_int_equal(registry_silent(r, 2501, ids, 4), 1);
+    assert_string_equal(ids[0], a);
+    assert_int_equal(registry_silent(r, 2600, ids, 4), 0); /* only once */
+    /* now it is due offline at 3001 */
+    assert_int_equal(registry_next_deadline(r, 2600), 3001);
+    node_lease l[3];
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(registry_acquire(r, RQ("m"), NULL, 0, &l[i]), PLACE_OK);
+        assert_string_equal(l[i].node_id, b);
+    }
+    assert_int_equal(registry_acquire(r, RQ("m"), NULL, 0, &l[2]), PLACE_BUSY);
+    for (int i = 0; i < 2; i++) registry_release(r, &l[i], 2700, 1);
+    assert_int_equal(beat(r, a, ta, FP_A, 2, "127.0.0.1", 2800, NULL), 200);
+    int on_a = 0;
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(registry_acquire(r, RQ("m"), NULL, 0, &l[i]), PLACE_OK);
+        on_a += !strcmp(l[i].node_id, a);
+    }
+    assert_true(on_a >= 1);
+    for (int i = 0; i < 3; i++) registry_release(r, &l[i], 2900, 1);
+    assert_int_equal(registry_silent(r, 2900, ids, 4), 0);
+    registry_free(r);
+}
+
 static void missed_heartbeats_mark_offline(void **state)
 {
     (void)state;
@@ -475,6 +511,7 @@ int main(void)
         cmocka_unit_test(heartbeat_token_bound_to_machine_and_address),
         cmocka_unit_test(token_rotates_at_half_life_and_old_one_lingers),
         cmocka_unit_test(missed_heartbeats_mark_offline),
+        cmocka_unit_test(overdue_heartbeats_make_a_node_silent),
         cmocka_unit_test(leases_respect_slots),
         cmocka_unit_test(unreachable_node_skipped_until_heartbeat),
         cmocka_unit_test(ready_only_after_first_heartbeat),
