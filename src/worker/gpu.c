@@ -53,6 +53,7 @@ typedef struct nvml_api {
     nvmlReturn_t (*temperature)(nvmlDevice_t, int, unsigned int *);
     nvmlReturn_t (*utilization)(nvmlDevice_t, nvmlUtilization_t *);
     nvmlReturn_t (*procs)(nvmlDevice_t, unsigned int *, void *);
+    nvmlReturn_t (*clock_reasons)(nvmlDevice_t, unsigned long long *); /* optional */
     int procs_v1;                       /* procs fills nvmlProcessInfo_v1_t */
     const char *(*error_string)(nvmlReturn_t);
 } nvml_api;
@@ -104,6 +105,9 @@ static int nvml_load(nvml_api *n)
         nvml_sym(n->dl, "nvmlDeviceGetComputeRunningProcesses", &n->procs) == 0)
         n->procs_v1 = 1;
     nvml_sym(n->dl, "nvmlErrorString", &n->error_string);
+    /* Renamed "clocks event reasons" in newer drivers; same bits. */
+    if (nvml_sym(n->dl, "nvmlDeviceGetCurrentClocksEventReasons", &n->clock_reasons) != 0)
+        nvml_sym(n->dl, "nvmlDeviceGetCurrentClocksThrottleReasons", &n->clock_reasons);
     if (bad) {
         log_debug("gpu: libnvidia-ml lacks a required symbol");
     } else {
@@ -194,6 +198,10 @@ static int nvml_read(nvml_api *n, gpu_info *out, int max, char *err, size_t errl
         g->temp_c = n->temperature(d, NVML_TEMPERATURE_GPU, &t) == NVML_SUCCESS ? (int)t : -1;
         nvmlUtilization_t u;
         g->util_pct = n->utilization(d, &u) == NVML_SUCCESS ? (int)u.gpu : -1;
+        unsigned long long reasons;
+        g->throttled = n->clock_reasons && n->clock_reasons(d, &reasons) == NVML_SUCCESS
+                           ? gpu_reasons_throttled(reasons)
+                           : -1;
         nvml_procs(n, d, g);
         g->foreign_procs = g->nprocs;
         got++;
@@ -251,12 +259,22 @@ static char *smi_run(const char *path, const char *query, int *status)
 static int smi_read(const char *path, gpu_info *out, int max, char *err, size_t errlen)
 {
     int status;
-    char *text = smi_run(path, "--query-gpu=index,name,uuid,memory.total,memory.free,temperature.gpu,utilization.gpu",
+    /* The throttle reasons first; a version that does not know the field
+     * refuses the whole query, so then without it. */
+    char *text = smi_run(path,
+                         "--query-gpu=index,name,uuid,memory.total,memory.free,temperature.gpu,utilization.gpu,"
+                         "clocks_throttle_reasons.active",
                          &status);
     /* The exit status alone is not trusted: with SIGCHLD ignored pclose
      * reports -1 even on success, and a failing nvidia-smi prints prose that
      * parses to zero GPUs anyway. */
     int got = text ? gpu_parse_smi_csv(text, out, max) : 0;
+    if (got == 0) {
+        free(text);
+        text = smi_run(path, "--query-gpu=index,name,uuid,memory.total,memory.free,temperature.gpu,utilization.gpu",
+                       &status);
+        got = text ? gpu_parse_smi_csv(text, out, max) : 0;
+    }
     free(text);
     if (!text || (got == 0 && status != 0)) {
         err_out(err, errlen, "nvidia-smi failed (status %d)", status);
@@ -300,19 +318,19 @@ static int smi_num(const char *s, double *v)
 
 static int smi_line(char *line, gpu_info *g)
 {
-    char *f[7];
+    char *f[8];
     int nf = 0;
     char *p = line;
     for (;;) {
-        if (nf == 7) return -1;
+        if (nf == 8) return -1;
         f[nf++] = p;
         char *c = strchr(p, ',');
         if (!c) break;
         *c = 0;
         p = c + 1;
     }
-    if (nf != 7) return -1;
-    for (int i = 0; i < 7; i++) f[i] = trim(f[i]);
+    if (nf != 7 && nf != 8) return -1;
+    for (int i = 0; i < nf; i++) f[i] = trim(f[i]);
 
     memset(g, 0, sizeof *g);
     char *end;
@@ -334,6 +352,13 @@ static int smi_line(char *line, gpu_info *g)
     g->temp_c = k == 0 ? (int)lround(v) : -1;
     if ((k = smi_num(f[6], &v)) < 0) return -1;
     g->util_pct = k == 0 ? (int)lround(v) : -1;
+    g->throttled = -1;
+    if (nf == 8 && !smi_unknown(f[7])) {
+        errno = 0;
+        unsigned long long reasons = strtoull(f[7], &end, 16);
+        if (end == f[7] || *end || errno) return -1;
+        g->throttled = gpu_reasons_throttled(reasons);
+    }
     /* The GPU query has no processes; the compute-apps query adds them. */
     g->foreign_procs = -1;
     g->nprocs = -1;
@@ -612,6 +637,15 @@ const char *gpu_probe_error(const gpu_probe *p)
     return p ? p->error : "no GPU probe";
 }
 
+int gpu_reasons_throttled(unsigned long long reasons)
+{
+    /* NVML's clock event reasons: SW thermal (0x20), HW slowdown (0x8), HW
+     * thermal (0x40), HW power brake (0x80).  Idle (0x1), application clocks
+     * (0x2) and the software power cap (0x4, normal at full load) are not
+     * trouble. */
+    return (reasons & (0x8ULL | 0x20ULL | 0x40ULL | 0x80ULL)) != 0;
+}
+
 static json_t *int_or_null(int v)
 {
     return v < 0 ? json_null() : json_integer(v);
@@ -620,7 +654,7 @@ static json_t *int_or_null(int v)
 json_t *gpu_info_json(const gpu_info *g)
 {
     if (!g) return NULL;
-    return json_pack("{s:i, s:s, s:s, s:I, s:I, s:o, s:o, s:o}",
+    return json_pack("{s:i, s:s, s:s, s:I, s:I, s:o, s:o, s:o, s:o}",
                      "index", g->index,
                      "name", g->name,
                      "uuid", g->uuid,
@@ -628,5 +662,6 @@ json_t *gpu_info_json(const gpu_info *g)
                      "free_bytes", (json_int_t)g->free_bytes,
                      "temperature_c", int_or_null(g->temp_c),
                      "utilization_pct", int_or_null(g->util_pct),
-                     "foreign_processes", int_or_null(g->foreign_procs));
+                     "foreign_processes", int_or_null(g->foreign_procs),
+                     "throttled", g->throttled < 0 ? json_null() : json_boolean(g->throttled));
 }

@@ -35,6 +35,7 @@ typedef struct gpu_info {
     uint64_t total_bytes, free_bytes;
     int temp_c;          /* -1 unknown */
     int util_pct;        /* -1 unknown */
+    int throttled;       /* clocks held down by heat or a hardware slowdown: 1, 0, or -1 unknown */
     int foreign_procs;   /* compute processes that are not this worker's, -1 unknown; the
                           * probe fills in all of them, the worker its own count */
     int nprocs;          /* entries in procs, -1 when the source cannot list them */
@@ -99,5 +100,9 @@ int gpu_read_fake_file(const char *path, gpu_info *out, int max, char *err, size
 void gpu_fake_apply_charges(gpu_info *g, int n, const gpu_charge *c, int nc);
 
 json_t *gpu_info_json(const gpu_info *g);
+
+/* Whether NVML's clock event (throttle) reasons say heat or a hardware
+ * slowdown holds the clocks down: 1 or 0. */
+int gpu_reasons_throttled(unsigned long long reasons);
 
 #endif

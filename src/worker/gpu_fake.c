@@ -113,6 +113,7 @@ static int parse_fake_at(const char *spec, int index, gpu_info *out, char *err, 
     out->free_bytes = (uint64_t)llround(freeg * GIB);
     out->temp_c = 40;
     out->util_pct = 0;
+    out->throttled = 0;
     out->foreign_procs = 0;
 
     /* The uuid feeds the machine fingerprint, so it must be stable for a
@@ -135,10 +136,26 @@ int gpu_parse_fake(const char *spec, gpu_info *out, char *err, size_t errlen)
     return parse_fake_at(spec, 0, out, err, errlen);
 }
 
-static int parse_fake_proc(const char *tok, gpu_info *g, char *err, size_t errlen)
+/* One of the words after the GPU: proc=PID[:USED_GB], temp=C, throttled. */
+static int parse_fake_word(const char *tok, gpu_info *g, char *err, size_t errlen)
 {
+    if (!strcmp(tok, "throttled")) {
+        g->throttled = 1;
+        return 0;
+    }
+    if (!strncmp(tok, "temp=", 5)) {
+        char *tend;
+        errno = 0;
+        long c = strtol(tok + 5, &tend, 10);
+        if (tend == tok + 5 || *tend || errno || c < 0 || c > 150) {
+            err_out(err, errlen, "fake GPU line: \"%s\" wants a temperature of 0..150 C", tok);
+            return -1;
+        }
+        g->temp_c = (int)c;
+        return 0;
+    }
     if (strncmp(tok, "proc=", 5)) {
-        err_out(err, errlen, "fake GPU line: \"%s\" is not proc=PID[:USED_GB]", tok);
+        err_out(err, errlen, "fake GPU line: \"%s\" is not proc=PID[:USED_GB], temp=C or throttled", tok);
         return -1;
     }
     if (g->nprocs >= GPU_MAX_PROCS) {
@@ -173,13 +190,19 @@ int gpu_parse_fake_line(const char *line, int index, gpu_info *out, char *err, s
     char *t = trim(copy);
     if (!*t || *t == '#') return 0;
     if (!strcmp(t, "lost") || !strcmp(t, "fail")) return 2;
-    /* The GPU's name may hold spaces; its processes follow the first " proc=". */
-    char *procs = strstr(t, " proc=");
-    if (procs) *procs++ = 0;
+    /* The GPU's name may hold spaces; the words about it follow the first
+     * " proc=", " temp=" or " throttled". */
+    char *words = NULL;
+    static const char *const starts[] = {" proc=", " temp=", " throttled"};
+    for (size_t i = 0; i < sizeof starts / sizeof starts[0]; i++) {
+        char *w = strstr(t, starts[i]);
+        if (w && (!words || w < words)) words = w;
+    }
+    if (words) *words++ = 0;
     if (parse_fake_at(trim(t), index, out, err, errlen) != 0) return -1;
     char *save = NULL;
-    for (char *tok = procs ? strtok_r(procs, " \t", &save) : NULL; tok; tok = strtok_r(NULL, " \t", &save))
-        if (parse_fake_proc(tok, out, err, errlen) != 0) return -1;
+    for (char *tok = words ? strtok_r(words, " \t", &save) : NULL; tok; tok = strtok_r(NULL, " \t", &save))
+        if (parse_fake_word(tok, out, err, errlen) != 0) return -1;
     out->foreign_procs = out->nprocs;
     return 1;
 }

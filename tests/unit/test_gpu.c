@@ -81,16 +81,27 @@ static const char SMI_OUTPUT[] =
     "\n"
     "2, Tesla K80, GPU-11111111-2222-3333-4444-555555555555, [N/A], N/A, 30, [Not Supported]\r\n"
     "3,Quadro P2000,GPU-deadbeef-0000-0000-0000-000000000000,5120,5000,38,0\n"
+    "6, RTX 2080, GPU-hot, 8192, 4096, 91, 100, 0x0000000000000040\n"
+    "7, RTX 3080, GPU-cap, 10240, 4096, 70, 100, 0x0000000000000004\n"
     "x, Bad Index, GPU-x, 1, 1, 1, 1\n"
     "4, Bad Memory, GPU-y, lots, 1, 1, 1\n"
-    "5, Too Many, GPU-z, 1, 1, 1, 1, 1\n";
+    "5, Too Many, GPU-z, 1, 1, 1, 1, 1, 1\n"
+    "8, Bad Reasons, GPU-r, 1, 1, 1, 1, 0xzz\n";
 
 static void test_smi_csv(void **state)
 {
     (void)state;
     gpu_info g[GPU_MAX];
     int n = gpu_parse_smi_csv(SMI_OUTPUT, g, GPU_MAX);
-    assert_int_equal(n, 4);
+    assert_int_equal(n, 6);
+    assert_int_equal(g[0].throttled, -1);
+    /* HW thermal slowdown is trouble; the software power cap at full load is not. */
+    assert_int_equal(g[4].index, 6);
+    assert_int_equal(g[4].throttled, 1);
+    assert_int_equal(g[5].index, 7);
+    assert_int_equal(g[5].throttled, 0);
+    assert_int_equal(gpu_reasons_throttled(0x1), 0);
+    assert_int_equal(gpu_reasons_throttled(0x20), 1);
 
     assert_int_equal(g[0].index, 0);
     assert_string_equal(g[0].name, "NVIDIA GeForce RTX 3090");
@@ -240,7 +251,8 @@ static void test_json(void **state)
     assert_int_equal(gpu_parse_fake("RTX 3060:12:10.5", &g, err, sizeof err), 0);
     json_t *j = gpu_info_json(&g);
     assert_non_null(j);
-    assert_int_equal(json_object_size(j), 8);
+    assert_int_equal(json_object_size(j), 9);
+    assert_true(json_is_false(json_object_get(j, "throttled")));
     assert_int_equal(json_integer_value(json_object_get(j, "index")), 0);
     assert_string_equal(json_string_value(json_object_get(j, "name")), "RTX 3060");
     assert_string_equal(json_string_value(json_object_get(j, "uuid")), "GPU-fake-0-rtx-3060");

@@ -78,6 +78,12 @@ static void fake_lines(void **state)
     assert_true(g.procs[0].used_bytes == 4 * GiB);
     assert_int_equal(g.procs[1].pid, 77);
     assert_true(g.procs[1].used_bytes == GPU_USED_UNKNOWN);
+    assert_int_equal(g.throttled, 0);
+    assert_int_equal(gpu_parse_fake_line("RTX 3060:12:6 temp=88 throttled proc=5", 0, &g, err, sizeof err), 1);
+    assert_string_equal(g.name, "RTX 3060");
+    assert_int_equal(g.temp_c, 88);
+    assert_int_equal(g.throttled, 1);
+    assert_int_equal(g.nprocs, 1);
 
     assert_int_equal(gpu_parse_fake_line("", 0, &g, err, sizeof err), 0);
     assert_int_equal(gpu_parse_fake_line("   # a comment", 0, &g, err, sizeof err), 0);
@@ -85,7 +91,8 @@ static void fake_lines(void **state)
     assert_int_equal(gpu_parse_fake_line(" fail ", 0, &g, err, sizeof err), 2);
 
     static const char *const bad[] = {"RTX:12:6 proc=", "RTX:12:6 proc=abc", "RTX:12:6 proc=12:x",
-                                      "RTX:12:6 proc=0:1", "RTX:12:6 proc=5:-1", "RTX:12:6 pid=5", "RTX:12"};
+                                      "RTX:12:6 proc=0:1", "RTX:12:6 proc=5:-1", "RTX:12:6 pid=5", "RTX:12",
+                                      "RTX:12:6 temp=hot", "RTX:12:6 temp=200"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err[0] = 0;
         if (gpu_parse_fake_line(bad[i], 0, &g, err, sizeof err) != -1) fail_msg("\"%s\" was accepted", bad[i]);
