@@ -59,6 +59,7 @@ struct http_req {
     enum req_state state;
     int suspended;
     int64_t t0_us;
+    int64_t body_us;   /* from the headers to the body's last byte */
     int tag;
     void *ctx;
     void (*free_ctx)(void *);
@@ -206,6 +207,8 @@ const char *http_req_query(const http_req *r, const char *name)
 {
     return MHD_lookup_connection_value(r->c, MHD_GET_ARGUMENT_KIND, name);
 }
+
+int64_t http_req_body_us(const http_req *r) { return r->body_us; }
 
 const char *http_req_body(const http_req *r, size_t *len)
 {
@@ -451,7 +454,9 @@ static http_req *req_new(http_server *s, struct MHD_Connection *c, const char *u
  * thread.  Runs on the event loop. */
 static enum MHD_Result dispatch(http_server *s, http_req *r)
 {
-    r->t0_us = mono_us();
+    int64_t now = mono_us();
+    r->body_us = now - r->t0_us;
+    r->t0_us = now;
     if (r->too_large) { too_large(r); return send_now(r); }
     http_fast_rc rc = s->o.fast ? s->o.fast(r, s->o.app) : HTTP_PASS;
     if (rc == HTTP_HANDLED) return send_now(r);

@@ -78,6 +78,9 @@ const char *http_req_path(const http_req *r);
 const char *http_req_header(const http_req *r, const char *name);
 const char *http_req_query(const http_req *r, const char *name);
 const char *http_req_body(const http_req *r, size_t *len);
+/* Microseconds from the request's headers to its body's last byte: with a
+ * large body, how fast the link to the caller carries data. */
+int64_t http_req_body_us(const http_req *r);
 const char *http_req_peer(const http_req *r); /* textual IP address */
 /* True once the client has closed its side (checked without blocking), so a
  * handler waiting on something slow can give up on a caller who left. */

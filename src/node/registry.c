@@ -138,6 +138,11 @@ int reg_has_model(const node *nd, const char *model)
 /* Takes what a worker reports (GPUs, engines) into the node's record. */
 static void absorb_report(node *nd, json_t *req)
 {
+    /* Large bodies the node received since its last beat, and how long they
+     * took to arrive: the link's throughput for the payload cost. */
+    json_t *link = json_object_get(req, "link");
+    double lbytes = json_number_value(json_object_get(link, "bytes")), lms = json_number_value(json_object_get(link, "ms"));
+    if (lbytes > 0 && lms > 0) profile_observe_link(&nd->prof, lbytes, lms);
     json_t *gpus = json_object_get(req, "gpus");
     json_t *engines = json_object_get(req, "engines");
     json_decref(nd->gpus);

@@ -185,6 +185,19 @@ void worker_refresh(worker *w)
     judge(w, gpus, ngpus, probe_err);
 }
 
+/* Bodies smaller than this arrive in a few segments: their timing measures
+ * the round trip, not the throughput. */
+#define LINK_SAMPLE_MIN_BYTES (256 * 1024)
+
+void worker_note_upload(worker *w, size_t bytes, int64_t us)
+{
+    if (bytes < LINK_SAMPLE_MIN_BYTES || us <= 0) return;
+    pthread_mutex_lock(&w->mu);
+    w->link_bytes += (double)bytes;
+    w->link_ms += (double)us / 1000.0;
+    pthread_mutex_unlock(&w->mu);
+}
+
 int worker_token_ok(worker *w, const char *bearer)
 {
     if (!bearer) return 0;
@@ -219,6 +232,10 @@ static json_t *report(worker *w)
     if (w->draining && !w->gpu_lost) {
         json_object_set_new(j, "draining", json_true());
         json_object_set_new(j, "draining_reason", json_string(w->drain_reason));
+    }
+    if (w->link_bytes > 0 && w->link_ms > 0) {
+        json_object_set_new(j, "link", json_pack("{s:f, s:f}", "bytes", w->link_bytes, "ms", w->link_ms));
+        w->link_bytes = w->link_ms = 0;
     }
     return j;
 }

@@ -65,6 +65,7 @@ typedef struct worker {
     int inflight;
     int starting;               /* a managed start (with its evictions) is under way: one at a time */
     int64_t settle_until_ms;    /* an engine stopped: its VRAM may still be on its way back */
+    double link_bytes, link_ms; /* large request bodies since the last heartbeat, and their arrival time */
     int stopping;
     pthread_t thread;
 } worker;
@@ -90,6 +91,9 @@ void worker_engine_used_locked(worker *w, int idx, int has_ka, int64_t ka_ms, in
  * fields merged into each engine's JSON, the loadable list, and the VRAM
  * idle engines would give back. */
 uint64_t worker_managed_report_locked(worker *w, json_t *engines, json_t *loadable, int64_t now);
+/* A request body of `bytes` took `us` to arrive after its headers: the next
+ * heartbeat reports it, so the coordinator learns the link's throughput. */
+void worker_note_upload(worker *w, size_t bytes, int64_t us);
 /* Whether the bearer is this node's current or previous token. */
 int worker_token_ok(worker *w, const char *bearer);
 /* Why this node takes no new work now (its self-check failed, or it

@@ -190,6 +190,7 @@ static void forward(worker *w, http_req *req)
     if (take_engine(w, req, url, sizeof url, &stream, 1, &j) < 0) return;
     size_t len;
     const char *raw = http_req_body(req, &len);
+    worker_note_upload(w, len, http_req_body_us(req));
     http_call_opts o = {.method = "POST", .url = url, .body = raw, .body_len = len};
     if (stream) forward_stream(w, req, &o, &j);
     else forward_buffered(w, req, &o, &j);
@@ -257,6 +258,7 @@ http_fast_rc frontdoor_fast(http_req *req, void *app)
         free(f);
         return HTTP_PASS;
     }
+    worker_note_upload(w, len, http_req_body_us(req));
     return HTTP_DEFERRED;
 }
 

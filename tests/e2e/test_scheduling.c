@@ -419,6 +419,42 @@ static void task_queue_is_bounded(void **state)
     free(b);
 }
 
+static int link_measured(void *arg)
+{
+    h_pool *p = arg;
+    h_resp r;
+    h_request(p, "GET", "/v1/nodes", NULL, NULL, &r);
+    json_t *prof = json_object_get(json_array_get(json_object_get(r.json, "data"), 0), "profile");
+    double v = json_number_value(json_object_get(prof, "link_bytes_per_ms"));
+    h_resp_free(&r);
+    return v > 0;
+}
+
+/* A large request teaches the coordinator how fast the node's link is: the
+ * worker times the body's arrival and its next heartbeat says so. */
+static void large_payload_measures_the_link(void **state)
+{
+    h_pool *p = *state;
+    h_start_coordinator(p, NULL);
+    h_start_worker(p, "only", "--ttft-ms%205%20--tps%20400", NULL);
+    assert_false(link_measured(p));
+    size_t n = 1 << 20;
+    char *text = malloc(n + 1);
+    memset(text, 'a', n);
+    text[n] = 0;
+    json_t *body = json_pack("{s:s, s:i, s:[{s:s, s:s}]}", "model", "sim-llama-8b", "max_tokens", 1, "messages", "role",
+                             "user", "content", text);
+    char *raw = json_dumps(body, JSON_COMPACT);
+    h_resp r;
+    h_request(p, "POST", "/v1/chat/completions", raw, NULL, &r);
+    assert_int_equal(r.status, 200);
+    h_resp_free(&r);
+    assert_true(h_wait_until(link_measured, p, 10000));
+    free(raw);
+    json_decref(body);
+    free(text);
+}
+
 int main(void)
 {
     h_apply_filter();
@@ -431,6 +467,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(admin_verbs_drain_undrain_forget, setup, h_pool_teardown),
         cmocka_unit_test_setup_teardown(engine_load_from_outside_steers_work_away, setup, h_pool_teardown),
         cmocka_unit_test_setup_teardown(task_queue_is_bounded, setup, h_pool_teardown),
+        cmocka_unit_test_setup_teardown(large_payload_measures_the_link, setup, h_pool_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -375,6 +375,22 @@ static void beat_with(registry *r, const char *id, const char *token, int seq, i
     json_decref(resp);
 }
 
+/* A heartbeat's "link" sample (large bodies and their arrival time) sets the
+ * node's measured throughput, which /v1/nodes shows in its profile. */
+static void heartbeat_link_samples_measure_throughput(void **state)
+{
+    (void)state;
+    registry *r = new_registry();
+    char a[64], ta[80];
+    join(r, FP_A, 0, a, ta);
+    beat_with(r, a, ta, 2, 10, json_pack("{s:{s:f, s:f}}", "link", "bytes", 4e6, "ms", 40.0));
+    json_t *nodes = registry_nodes_json(r, 20);
+    json_t *prof = json_object_get(json_array_get(nodes, 0), "profile");
+    assert_true(json_real_value(json_object_get(prof, "link_bytes_per_ms")) == 1e5);
+    json_decref(nodes);
+    registry_free(r);
+}
+
 static void worker_draining_reason_shown(void **state)
 {
     (void)state;
@@ -512,6 +528,7 @@ int main(void)
         cmocka_unit_test(token_rotates_at_half_life_and_old_one_lingers),
         cmocka_unit_test(missed_heartbeats_mark_offline),
         cmocka_unit_test(overdue_heartbeats_make_a_node_silent),
+        cmocka_unit_test(heartbeat_link_samples_measure_throughput),
         cmocka_unit_test(leases_respect_slots),
         cmocka_unit_test(unreachable_node_skipped_until_heartbeat),
         cmocka_unit_test(ready_only_after_first_heartbeat),
