@@ -247,7 +247,7 @@ static void proxy(coord *c, http_req *req, int kind, prepared *ppr)
                                                   pr.cls.is_private ? pr.cls.rule : NULL, &cache,
                                                   pr.sess.active ? &hit : NULL)) {
         /* A hit is this turn's answer too. */
-        api_session_commit(c, &ppr->sess, hit, NULL, 0);
+        if (hit) api_session_commit(c, &ppr->sess, hit, NULL, 0);
         json_decref(hit);
         return;
     }

@@ -32,6 +32,12 @@ static void rec_handle(http_req *req, void *app)
     pthread_mutex_unlock(&r->mu);
     json_t *body = json_loadb(raw ? raw : "", len, 0, NULL);
     const char *model = json_string_value(json_object_get(body, "model"));
+    if (!strcmp(http_req_path(req), "/v1/embeddings")) {
+        http_respond_text(req, 200, "{\"object\":\"list\",\"data\":[{\"object\":\"embedding\",\"index\":0,"
+                                    "\"embedding\":[0.6,0.8,0]}],\"model\":\"rec-embed\"}");
+        json_decref(body);
+        return;
+    }
     char text[64];
     if (model && !strcmp(model, "rec-summary")) snprintf(text, sizeof text, "SUMMARY-TEXT");
     else snprintf(text, sizeof text, "reply-%zu", json_array_size(json_object_get(body, "messages")));
@@ -96,7 +102,7 @@ static void start(h_pool *p, const char *extra, int also_sim)
     setenv("GPUPOOL_TEST_REC_KEY", "sk-rec", 1);
     snprintf(args, sizeof args,
              "--upstream-timeout-ms 5000 --queue-timeout-ms 3000 "
-             "--cloud rec=http://127.0.0.1:%d,models=rec-chat|rec-summary%s,key-env=GPUPOOL_TEST_REC_KEY %s",
+             "--cloud rec=http://127.0.0.1:%d,models=rec-chat|rec-summary|rec-embed%s,key-env=GPUPOOL_TEST_REC_KEY %s",
              http_server_port(rec.srv), also_sim ? "|sim-llama-8b" : "", extra ? extra : "");
     h_start_coordinator(p, args);
 }
@@ -140,6 +146,15 @@ static const char *answer_text(const h_resp *r)
     const char *v = json_string_value(json_object_get(
         json_object_get(json_array_get(json_object_get(r->json, "choices"), 0), "message"), "content"));
     return v ? v : "";
+}
+
+static int session_gone(void *ctx)
+{
+    h_resp r;
+    h_request(ctx, "GET", "/v1/sessions/brief", NULL, NULL, &r);
+    long st = r.status;
+    h_resp_free(&r);
+    return st == 404;
 }
 
 /* Three turns (the second streamed, the third named by header): the engine
@@ -315,7 +330,9 @@ static void another_key_gets_404(void **state)
 static void a_private_session_stays_private(void **state)
 {
     h_pool *p = *state;
-    start(p, NULL, 1);
+    /* a small budget with a summary model that both backends serve: the
+     * private session's summaries must stay on the trusted node too */
+    start(p, "--session-max-tokens 40 --session-summary-model sim-llama-8b", 1);
     h_start_worker(p, "desk", "--ttft-ms%205%20--tps%20400", NULL);
     h_resp r;
     h_request(p, "POST", "/v1/chat/completions",
@@ -325,7 +342,7 @@ static void a_private_session_stays_private(void **state)
     assert_int_equal(r.status, 200);
     h_resp_free(&r);
     int before = rec_count();
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 6; i++) {
         h_request(p, "POST", "/v1/chat/completions",
                   "{\"model\":\"sim-llama-8b\",\"session_id\":\"priv\",\"max_tokens\":4,\"messages\":[{\"role\":"
                   "\"user\",\"content\":\"and the weather?\"}]}",
@@ -340,7 +357,27 @@ static void a_private_session_stays_private(void **state)
     h_request(p, "GET", "/v1/sessions/priv", NULL, NULL, &r);
     assert_true(json_is_true(json_object_get(r.json, "private")));
     assert_string_equal(json_string_value(json_object_get(r.json, "private_rule")), "header");
-    assert_int_equal(json_array_size(json_object_get(r.json, "messages")), 10);
+    assert_true(json_array_size(json_object_get(r.json, "messages")) < 14);
+    assert_true(json_is_string(json_object_get(r.json, "summary")));
+    h_resp_free(&r);
+}
+
+/* A session expires its TTL after its last turn; the id then starts afresh. */
+static void a_session_expires(void **state)
+{
+    h_pool *p = *state;
+    start(p, "--session-ttl-s 1", 0);
+    h_resp r;
+    assert_int_equal(turn(p, NULL, "\"session_id\":\"brief\",", "hello", NULL, &r), 200);
+    h_resp_free(&r);
+    h_request(p, "GET", "/v1/sessions/brief", NULL, NULL, &r);
+    assert_int_equal(r.status, 200);
+    assert_true(json_integer_value(json_object_get(r.json, "expires_at")) >
+                json_integer_value(json_object_get(r.json, "updated_at")));
+    h_resp_free(&r);
+    assert_true(h_wait_until(session_gone, p, 5000));
+    assert_int_equal(turn(p, NULL, "\"session_id\":\"brief\",", "hello again", NULL, &r), 200);
+    assert_string_equal(answer_text(&r), "reply-1");
     h_resp_free(&r);
 }
 
@@ -381,6 +418,36 @@ static void the_pool_embedder_hits_on_a_repeat(void **state)
     assert_int_equal(rec_count(), 3);
 }
 
+/* A private request's text is embedded on trusted capacity only: with the
+ * embedding model only on the external backend, its lookup is a miss and
+ * the backend never sees it; an ordinary request's text does go there. */
+static void a_private_lookup_never_embeds_externally(void **state)
+{
+    h_pool *p = *state;
+    start(p, "--cache on --cache-embedder pool:rec-embed", 0);
+    h_start_worker(p, "desk", "--ttft-ms%201%20--tps%200", NULL);
+    h_resp r;
+    char hv[32];
+    h_request(p, "POST", "/v1/chat/completions",
+              "{\"model\":\"sim-llama-8b\",\"temperature\":0,\"max_tokens\":3,\"messages\":[{\"role\":\"user\","
+              "\"content\":\"the board minutes\"}]}",
+              (const char *[]){"X-Gpupool-Sensitivity: private", NULL}, &r);
+    assert_int_equal(r.status, 200);
+    assert_string_equal(hdr(&r, "X-Gpupool-Cache", hv, sizeof hv), "miss");
+    h_resp_free(&r);
+    assert_int_equal(rec_count(), 0);
+    h_request(p, "POST", "/v1/chat/completions",
+              "{\"model\":\"sim-llama-8b\",\"temperature\":0,\"max_tokens\":3,\"messages\":[{\"role\":\"user\","
+              "\"content\":\"the lunch menu\"}]}",
+              NULL, &r);
+    assert_int_equal(r.status, 200);
+    h_resp_free(&r);
+    assert_true(rec_count() >= 1);
+    json_t *b = rec_body(0);
+    assert_string_equal(json_string_value(json_object_get(b, "input")), "the lunch menu");
+    json_decref(b);
+}
+
 static void an_absent_embedder_is_a_miss(void **state)
 {
     h_pool *p = *state;
@@ -406,7 +473,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(summary_mode_asks_the_summary_model, setup, teardown),
         cmocka_unit_test_setup_teardown(another_key_gets_404, setup, teardown),
         cmocka_unit_test_setup_teardown(a_private_session_stays_private, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_session_expires, setup, teardown),
         cmocka_unit_test_setup_teardown(the_pool_embedder_hits_on_a_repeat, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_private_lookup_never_embeds_externally, setup, teardown),
         cmocka_unit_test_setup_teardown(an_absent_embedder_is_a_miss, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
