@@ -226,7 +226,7 @@ static int forward_buffered(coord *c, http_req *req, const http_call_opts *o, co
     return done;
 }
 
-static void proxy(coord *c, http_req *req, int kind, prepared *ppr);
+static void proxy(coord *c, http_req *req, int kind, prepared *pr);
 
 void api_openai_proxy(coord *c, http_req *req, int kind)
 {
@@ -236,31 +236,30 @@ void api_openai_proxy(coord *c, http_req *req, int kind)
     prepared_free(&pr);
 }
 
-static void proxy(coord *c, http_req *req, int kind, prepared *ppr)
+static void proxy(coord *c, http_req *req, int kind, prepared *pr)
 {
-    prepared pr = *ppr;
     tried_nodes *earlier = http_req_ctx(req);
     api_cache_req cache = {0};
     json_t *hit = NULL;
     if (earlier && earlier->looked_up) cache = earlier->cache;
-    else if (kind == KIND_CHAT && api_cache_begin(c, req, pr.body, pr.cls.is_private,
-                                                  pr.cls.is_private ? pr.cls.rule : NULL, &cache,
-                                                  pr.sess.active ? &hit : NULL)) {
+    else if (kind == KIND_CHAT && api_cache_begin(c, req, pr->body, pr->cls.is_private,
+                                                  pr->cls.is_private ? pr->cls.rule : NULL, &cache,
+                                                  pr->sess.active ? &hit : NULL)) {
         /* A hit is this turn's answer too. */
-        if (hit) api_session_commit(c, &ppr->sess, hit, NULL, 0);
+        if (hit) api_session_commit(c, &pr->sess, hit, NULL, 0);
         json_decref(hit);
         return;
     }
-    const char *model = pr.model;
-    int stream = pr.stream;
-    reg_request rq = pr.rq;
-    rq.model = pr.model;
-    const char *private_rule = pr.cls.is_private ? pr.cls.rule : NULL;
+    const char *model = pr->model;
+    int stream = pr->stream;
+    reg_request rq = pr->rq;
+    rq.model = pr->model;
+    const char *private_rule = pr->cls.is_private ? pr->cls.rule : NULL;
     size_t len;
     const char *raw = http_req_body(req, &len);
-    if (pr.raw) {
-        raw = pr.raw;
-        len = pr.raw_len;
+    if (pr->raw) {
+        raw = pr->raw;
+        len = pr->raw_len;
     }
     const char *tried[MAX_TRIES];
     char tried_ids[MAX_TRIES][40];
@@ -301,8 +300,8 @@ static void proxy(coord *c, http_req *req, int kind, prepared *ppr)
                             .bearer = lease.token, .timeout_ms = stream ? 0 : c->cfg.upstream_timeout_ms,
                             .idle_timeout_ms = stream ? c->cfg.upstream_timeout_ms : 0};
         int done = stream ? api_forward_stream(c, req, &o, &lease, &rq, (api_kind)kind, private_rule, &cache,
-                                               &ppr->sess, tried, ntried, last_error, sizeof last_error)
-                          : forward_buffered(c, req, &o, &lease, private_rule, &cache, &ppr->sess,
+                                               &pr->sess, tried, ntried, last_error, sizeof last_error)
+                          : forward_buffered(c, req, &o, &lease, private_rule, &cache, &pr->sess,
                                              attempt + 1 < tries, last_error, sizeof last_error);
         if (done) return;
         log_warn("request for %s: node %s failed before answering (%s); trying another", model,

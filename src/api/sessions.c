@@ -161,7 +161,7 @@ char *api_session_forward_body(const json_t *body, size_t *len)
 
 void api_session_commit(coord *c, api_session *s, const json_t *completion, const char *text, size_t len)
 {
-    if (!s || !s->active) return;
+    if (!s || !s->active || (!completion && !text)) return;
     json_t *answer = completion ? session_assistant_message(completion)
                                 : json_pack("{s:s, s:s%}", "role", "assistant", "content", text ? text : "", len);
     if (!answer) return;

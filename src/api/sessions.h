@@ -59,8 +59,9 @@ void api_session_fit(coord *c, http_req *req, json_t *body, api_session *s);
 /* The body to forward: body without session_id, malloc'd compact JSON. */
 char *api_session_forward_body(const json_t *body, size_t *len);
 
-/* Stores the turn and the answer (a chat.completion, or NULL with text for
- * a collected stream). */
+/* Stores the turn and the answer: a chat.completion, or (completion NULL)
+ * the text of a collected stream.  Nothing when both are NULL (an answer
+ * that could not be read). */
 void api_session_commit(coord *c, api_session *s, const json_t *completion, const char *text, size_t len);
 
 /* A copy that shares nothing mutable with src (for a stream's own record). */

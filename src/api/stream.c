@@ -159,7 +159,7 @@ static void finished(void *ctx, const relay_outcome *o)
         json_decref(completion);
     }
     if (s->turn.active && o->status == 200 && !o->upstream_failed && !o->client_gone)
-        api_session_commit(s->c, &s->turn, NULL, s->text.data, s->text.len);
+        api_session_commit(s->c, &s->turn, NULL, s->text.data ? s->text.data : "", s->text.len);
     session_free(s);
 }
 

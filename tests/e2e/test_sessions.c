@@ -416,6 +416,19 @@ static void the_pool_embedder_hits_on_a_repeat(void **state)
     assert_string_equal(hdr(&r, "X-Gpupool-Cache", hv, sizeof hv), "miss");
     h_resp_free(&r);
     assert_int_equal(rec_count(), 3);
+    /* a session started afresh under the same id meets its own first turn
+     * in the cache; the hit is stored as the turn */
+    h_request(p, "DELETE", "/v1/sessions/s-a", NULL, NULL, &r);
+    assert_int_equal(r.status, 200);
+    h_resp_free(&r);
+    h_request(p, "POST", "/v1/chat/completions", s1, NULL, &r);
+    assert_string_equal(hdr(&r, "X-Gpupool-Cache", hv, sizeof hv), "hit");
+    h_resp_free(&r);
+    assert_int_equal(rec_count(), 3);
+    h_request(p, "GET", "/v1/sessions/s-a", NULL, NULL, &r);
+    assert_int_equal(json_array_size(json_object_get(r.json, "messages")), 2);
+    assert_string_equal(msg_field(r.json, 1, "content"), "reply-1");
+    h_resp_free(&r);
 }
 
 /* A private request's text is embedded on trusted capacity only: with the
