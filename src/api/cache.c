@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "api/errors.h"
+#include "api/pool_call.h"
 #include "policy/cache_key.h"
 #include "policy/cache_metrics.h"
 #include "policy/cache_replay.h"
@@ -44,8 +45,45 @@ static void answer_hit(http_req *req, const json_t *body, const cache_hit *hit, 
     json_decref(completion);
 }
 
+/* How long a lookup waits for the embedding model: a slow one only costs
+ * a miss, never the request. */
+#define POOL_EMBED_WAIT_MS 2000
+#define POOL_EMBED_TIMEOUT_MS 10000
+
+/* The vector of text into cr; 0, or -1 when there is none (the lookup is
+ * then a miss that stores nothing). */
+static int embed(coord *c, const char *text, size_t len, int is_private, api_cache_req *cr)
+{
+    if (!c->cfg.cache_pool_model) {
+        cr->dim = EMBED_DIM;
+        return embed_text(text, len, cr->vec);
+    }
+    json_t *body = embed_request_body(c->cfg.cache_pool_model, text);
+    json_t *answer = NULL;
+    char why[300];
+    int64_t timeout = c->cfg.upstream_timeout_ms < POOL_EMBED_TIMEOUT_MS ? c->cfg.upstream_timeout_ms
+                                                                          : POOL_EMBED_TIMEOUT_MS;
+    int rc = body ? api_pool_call(c, KIND_EMBEDDING, body, is_private, POOL_EMBED_WAIT_MS, timeout, &answer, why,
+                                  sizeof why)
+                  : -1;
+    json_decref(body);
+    float *v = NULL;
+    int dim = rc ? -1 : embed_parse_response(answer, &v);
+    json_decref(answer);
+    if (dim > 0 && dim <= API_CACHE_MAX_DIM) {
+        memcpy(cr->vec, v, (size_t)dim * sizeof *v);
+        cr->dim = dim;
+    } else {
+        log_warn("semantic cache: no embedding from '%s' (%s); a miss", c->cfg.cache_pool_model,
+                 rc ? why : dim > 0 ? "too many dimensions" : "no usable vector");
+        dim = -1;
+    }
+    free(v);
+    return dim > 0 ? 0 : -1;
+}
+
 int api_cache_begin(coord *c, http_req *req, const json_t *body, int is_private, const char *private_rule,
-                    api_cache_req *cr)
+                    api_cache_req *cr, json_t **hit_answer)
 {
     memset(cr, 0, sizeof *cr);
     if (!c->cache) return 0;
@@ -60,24 +98,31 @@ int api_cache_begin(coord *c, http_req *req, const json_t *body, int is_private,
     cache_key key;
     char *text = NULL;
     size_t len = 0;
-    if (cache_key_build(body, cfg->turns, cr->partition, cr->tier, &key, &text, &len)) {
+    /* A session's turns are all in the key (and its id, a field like any). */
+    int turns = json_object_get(body, "session_id") ? 0 : cfg->turns;
+    if (cache_key_build(body, turns, cr->partition, cr->tier, &key, &text, &len)) {
         semcache_count_skip(c->cache);
         return 0;
     }
     /* key.model borrows the body; the copy outlives it for the insert. */
     snprintf(cr->model, sizeof cr->model, "%s", key.model);
     memcpy(cr->context, key.context, sizeof cr->context);
-    int erc = embed_text(text, len, cr->vec);
+    int erc = embed(c, text, len, is_private, cr);
     free(text);
+    if (erc && c->cfg.cache_pool_model) {
+        http_set_header(req, CACHE_HEADER, "miss");
+        return 0;
+    }
     if (erc) {
         semcache_count_skip(c->cache);
         return 0;
     }
     key = key_of(cr);
     cache_hit hit = {0};
-    int rc = semcache_lookup(c->cache, &key, cr->vec, EMBED_DIM, mono_ms(), &hit);
+    int rc = semcache_lookup(c->cache, &key, cr->vec, cr->dim, mono_ms(), &hit);
     if (rc == 1) {
         answer_hit(req, body, &hit, private_rule);
+        if (hit_answer) *hit_answer = json_loadb(hit.answer, hit.len, 0, NULL);
         cache_hit_free(&hit);
         return 1;
     }
@@ -92,7 +137,7 @@ void api_cache_store_json(coord *c, const api_cache_req *cr, const json_t *compl
     char *json = json_dumps(completion, JSON_COMPACT);
     if (!json) return;
     cache_key key = key_of(cr);
-    if (semcache_insert(c->cache, &key, cr->vec, EMBED_DIM, json, strlen(json), mono_ms()) < 0)
+    if (semcache_insert(c->cache, &key, cr->vec, cr->dim, json, strlen(json), mono_ms()) < 0)
         log_warn("semantic cache: cannot store an answer: %s", semcache_errmsg(c->cache));
     free(json);
 }

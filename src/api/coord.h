@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "api/lowcode.h"
+#include "api/session_fit.h"
 #include "http/server.h"
 #include "node/registry.h"
 #include "policy/cache.h"
@@ -30,6 +31,8 @@ typedef struct coord_cfg {
     int stream_continue;       /* a stream that breaks after tokens goes on from another node */
     lowcode_cfg lowcode;       /* CORS, the always-200 envelope, camelCase (api/lowcode) */
     cache_config cache;        /* the semantic cache's settings (used when coord.cache is open) */
+    const char *cache_pool_model; /* the cache's vectors come from this embedding model; NULL = built-in */
+    session_config sessions;   /* conversation sessions (api/sessions) */
 } coord_cfg;
 
 typedef struct coord {
@@ -78,6 +81,9 @@ void api_register(coord *c, http_req *req);
 void api_heartbeat(coord *c, http_req *req);
 void api_metrics(coord *c, http_req *req);
 void api_plan(coord *c, http_req *req);
+/* api/sessions.c: GET and DELETE /v1/sessions/{id}. */
+void api_sessions_get(coord *c, http_req *req, const char *id);
+void api_sessions_delete(coord *c, http_req *req, const char *id);
 
 /* Shared by the proxy paths (api/openai.c, api/stream.c): the headers that
  * name who served, and whether an answer is the node refusing (its

@@ -10,6 +10,7 @@
 #include "api/cache.h"
 #include "api/coord.h"
 #include "api/errors.h"
+#include "api/sessions.h"
 #include "api/validate.h"
 #include "http/client.h"
 #include "api/stream.h"
@@ -87,10 +88,24 @@ typedef struct prepared {
     int stream;
     classification cls;
     reg_request rq;
+    api_session sess;          /* a session turn (api/sessions); sess.active 0 when none */
+    char *raw;                 /* the body to forward when it is not the client's; NULL = the client's */
+    size_t raw_len;
 } prepared;
 
-/* Returns 0, or -1 after answering the client (and then owns nothing). */
-static int prepare(coord *c, http_req *req, api_kind kind, prepared *p)
+static void prepared_free(prepared *p)
+{
+    json_decref(p->body);
+    p->body = NULL;
+    api_session_free(&p->sess);
+    free(p->raw);
+    p->raw = NULL;
+}
+
+/* Returns 0, -1 after answering the client (and then owns nothing), or 1
+ * when the request needs a pool thread (may_block 0 and it names a
+ * session, whose history is read and may be summarised). */
+static int prepare(coord *c, http_req *req, api_kind kind, prepared *p, int may_block)
 {
     memset(p, 0, sizeof *p);
     json_t *body = api_read_json_object(req);
@@ -103,35 +118,57 @@ static int prepare(coord *c, http_req *req, api_kind kind, prepared *p)
     }
     snprintf(p->model, sizeof p->model, "%s", json_string_value(json_object_get(body, "model")));
     p->stream = json_is_true(json_object_get(body, "stream"));
+    p->body = body;
+    if (kind == KIND_CHAT && api_session_named(req, body)) {
+        if (!may_block) {
+            prepared_free(p);
+            return 1;
+        }
+        /* The whole conversation from here on: it is what is classified,
+         * cached, sized and sent. */
+        if (api_session_begin(c, req, body, &p->sess)) {
+            prepared_free(p);
+            return -1;
+        }
+    }
     if (classify_request(c->rules, body, http_req_header(req, "X-Gpupool-Sensitivity"), coord_key_private(c, req),
                          &p->cls)) {
         api_bad_request(req, "invalid_value", "X-Gpupool-Sensitivity",
                         "X-Gpupool-Sensitivity must be \"private\" or \"normal\"");
-        json_decref(body);
+        prepared_free(p);
         return -1;
     }
+    api_session_classified(c, &p->sess, &p->cls);
     if (!registry_model_known(c->reg, p->model)) {
         api_error(req, 404, "invalid_request_error", "model_not_found", "model",
                   "the model '%s' is not served by any node in the pool", p->model);
-        json_decref(body);
+        prepared_free(p);
         return -1;
     }
     if (p->cls.is_private && !registry_model_trusted(c->reg, p->model)) {
         api_server_error(req, 503, "no_trusted_capacity",
                          "the request is private (%s) and no trusted node serves '%s'; it was not sent anywhere",
                          p->cls.rule, p->model);
-        json_decref(body);
+        prepared_free(p);
         return -1;
     }
     size_t len;
     http_req_body(req, &len);
+    if (p->sess.active) {
+        api_session_fit(c, req, body, &p->sess);
+        if (!(p->raw = api_session_forward_body(body, &p->raw_len))) {
+            api_server_error(req, 500, "store_error", "out of memory");
+            prepared_free(p);
+            return -1;
+        }
+        len = p->raw_len;
+    }
     const char *prio = http_req_header(req, "X-Gpupool-Priority");
     p->rq = (reg_request){.model = p->model, .prompt_tokens = api_estimate_prompt_tokens(body),
                           .max_tokens = kind == KIND_EMBEDDING ? 1 : api_requested_max_tokens(body),
                           .payload_bytes = (double)len,
                           .priority = prio && prio[0] >= '0' && prio[0] <= '9' && !prio[1] ? prio[0] - '0' : 5,
                           .trusted_only = p->cls.is_private};
-    p->body = body;
     return 0;
 }
 
@@ -153,8 +190,8 @@ void api_served_by(http_req *req, const node_lease *l, const char *private_rule)
 static int engine_failed(long status) { return status >= 500 && status != 501 && status != 505; }
 
 static int forward_buffered(coord *c, http_req *req, const http_call_opts *o, const node_lease *lease,
-                            const char *private_rule, const api_cache_req *cr, int may_retry, char *why,
-                            size_t whylen)
+                            const char *private_rule, const api_cache_req *cr, api_session *sess, int may_retry,
+                            char *why, size_t whylen)
 {
     http_result res;
     int64_t t0 = mono_us();
@@ -172,6 +209,11 @@ static int forward_buffered(coord *c, http_req *req, const http_call_opts *o, co
         api_served_by(req, lease, private_rule);
         /* Stored before answering, so the client's next request can hit. */
         api_cache_store(c, cr, res.status, res.body, res.body_len);
+        if (sess->active && res.status == 200) {
+            json_t *completion = json_loadb(res.body, res.body_len, 0, NULL);
+            api_session_commit(c, sess, completion, NULL, 0);
+            json_decref(completion);
+        }
         relay_respond_result(req, &res);
     } else {
         char said[200];
@@ -184,26 +226,41 @@ static int forward_buffered(coord *c, http_req *req, const http_call_opts *o, co
     return done;
 }
 
+static void proxy(coord *c, http_req *req, int kind, prepared *pr);
+
 void api_openai_proxy(coord *c, http_req *req, int kind)
 {
     prepared pr;
-    if (prepare(c, req, (api_kind)kind, &pr)) return;
+    if (prepare(c, req, (api_kind)kind, &pr, 1)) return;
+    proxy(c, req, kind, &pr);
+    prepared_free(&pr);
+}
+
+static void proxy(coord *c, http_req *req, int kind, prepared *pr)
+{
     tried_nodes *earlier = http_req_ctx(req);
     api_cache_req cache = {0};
+    json_t *hit = NULL;
     if (earlier && earlier->looked_up) cache = earlier->cache;
-    else if (kind == KIND_CHAT &&
-             api_cache_begin(c, req, pr.body, pr.cls.is_private, pr.cls.is_private ? pr.cls.rule : NULL, &cache)) {
-        json_decref(pr.body);
+    else if (kind == KIND_CHAT && api_cache_begin(c, req, pr->body, pr->cls.is_private,
+                                                  pr->cls.is_private ? pr->cls.rule : NULL, &cache,
+                                                  pr->sess.active ? &hit : NULL)) {
+        /* A hit is this turn's answer too. */
+        if (hit) api_session_commit(c, &pr->sess, hit, NULL, 0);
+        json_decref(hit);
         return;
     }
-    json_decref(pr.body);
-    const char *model = pr.model;
-    int stream = pr.stream;
-    reg_request rq = pr.rq;
-    rq.model = pr.model;
-    const char *private_rule = pr.cls.is_private ? pr.cls.rule : NULL;
+    const char *model = pr->model;
+    int stream = pr->stream;
+    reg_request rq = pr->rq;
+    rq.model = pr->model;
+    const char *private_rule = pr->cls.is_private ? pr->cls.rule : NULL;
     size_t len;
     const char *raw = http_req_body(req, &len);
+    if (pr->raw) {
+        raw = pr->raw;
+        len = pr->raw_len;
+    }
     const char *tried[MAX_TRIES];
     char tried_ids[MAX_TRIES][40];
     int ntried = 0;
@@ -242,10 +299,10 @@ void api_openai_proxy(coord *c, http_req *req, int kind)
         http_call_opts o = {.method = "POST", .url = url, .body = raw, .body_len = len,
                             .bearer = lease.token, .timeout_ms = stream ? 0 : c->cfg.upstream_timeout_ms,
                             .idle_timeout_ms = stream ? c->cfg.upstream_timeout_ms : 0};
-        int done = stream ? api_forward_stream(c, req, &o, &lease, &rq, (api_kind)kind, private_rule, &cache, tried,
-                                               ntried, last_error, sizeof last_error)
-                          : forward_buffered(c, req, &o, &lease, private_rule, &cache, attempt + 1 < tries,
-                                             last_error, sizeof last_error);
+        int done = stream ? api_forward_stream(c, req, &o, &lease, &rq, (api_kind)kind, private_rule, &cache,
+                                               &pr->sess, tried, ntried, last_error, sizeof last_error)
+                          : forward_buffered(c, req, &o, &lease, private_rule, &cache, &pr->sess,
+                                             attempt + 1 < tries, last_error, sizeof last_error);
         if (done) return;
         log_warn("request for %s: node %s failed before answering (%s); trying another", model,
                  lease.node_id, last_error);
@@ -316,10 +373,12 @@ static void fast_done(void *ctx, http_result *res)
 http_fast_rc api_openai_fast(coord *c, http_req *req, int kind)
 {
     prepared pr;
-    if (prepare(c, req, (api_kind)kind, &pr)) return HTTP_HANDLED;
+    int prc = prepare(c, req, (api_kind)kind, &pr, 0);
+    if (prc) return prc < 0 ? HTTP_HANDLED : HTTP_PASS;
     json_t *body = pr.body;
-    /* Streams block a pool thread, which makes their own lookup. */
-    if (pr.stream) {
+    /* Streams block a pool thread, which makes their own lookup; so do
+     * lookups that must first ask an embedding model of the pool. */
+    if (pr.stream || (kind == KIND_CHAT && c->cache && c->cfg.cache_pool_model)) {
         json_decref(body);
         return HTTP_PASS;
     }
@@ -327,7 +386,8 @@ http_fast_rc api_openai_fast(coord *c, http_req *req, int kind)
      * cache file (WAL, no fsync), cheap enough for the event loop. */
     api_cache_req cache = {0};
     int looked_up = kind == KIND_CHAT && c->cache;
-    if (looked_up && api_cache_begin(c, req, body, pr.cls.is_private, pr.cls.is_private ? pr.cls.rule : NULL, &cache)) {
+    if (looked_up &&
+        api_cache_begin(c, req, body, pr.cls.is_private, pr.cls.is_private ? pr.cls.rule : NULL, &cache, NULL)) {
         json_decref(body);
         return HTTP_HANDLED;
     }

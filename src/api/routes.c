@@ -24,6 +24,8 @@ static const api_route ROUTES[] = {
     {"GET", "/v1/batches/{id}", OP_BATCH_GET, AUTH_CLIENT, ROUTE_BATCHES, 0},
     {"GET", "/v1/batches/{id}/results", OP_BATCH_RESULTS, AUTH_CLIENT, ROUTE_BATCHES, 0},
     {"POST", "/v1/batches/{id}/cancel", OP_BATCH_CANCEL, AUTH_CLIENT, ROUTE_BATCHES, 0},
+    {"GET", "/v1/sessions/{id}", OP_SESSION_GET, AUTH_CLIENT, ROUTE_SESSIONS, 0},
+    {"DELETE", "/v1/sessions/{id}", OP_SESSION_DELETE, AUTH_CLIENT, ROUTE_SESSIONS, 0},
     {"GET", "/v1/nodes", OP_NODES, AUTH_CLIENT, ROUTE_NODES, 0},
     {"POST", "/v1/nodes/{id}/drain", OP_NODE_DRAIN, AUTH_ADMIN, ROUTE_NODES, 0},
     {"POST", "/v1/nodes/{id}/undrain", OP_NODE_UNDRAIN, AUTH_ADMIN, ROUTE_NODES, 0},

@@ -36,12 +36,14 @@ typedef struct session {
     char *next_body;
     api_cache_req cache;       /* a lookup that missed: its answer may be stored */
     cache_stream *collect;     /* the answer so far, to store; NULL when not storing */
+    api_session turn;          /* a conversation session's turn (inactive when none) */
 } session;
 
 static void session_free(session *s)
 {
     buf_free(&s->text);
     cache_stream_free(s->collect);
+    api_session_free(&s->turn);
     free(s->orig);
     free(s->next_body);
     free(s);
@@ -156,12 +158,14 @@ static void finished(void *ctx, const relay_outcome *o)
         api_cache_store_json(s->c, &s->cache, completion);
         json_decref(completion);
     }
+    if (s->turn.active && o->status == 200 && !o->upstream_failed && !o->client_gone)
+        api_session_commit(s->c, &s->turn, NULL, s->text.data ? s->text.data : "", s->text.len);
     session_free(s);
 }
 
 int api_forward_stream(coord *c, http_req *req, const http_call_opts *o, const node_lease *lease,
                        const reg_request *rq, api_kind kind, const char *private_rule, const api_cache_req *cr,
-                       const char *const *tried, int ntried, char *why, size_t whylen)
+                       const api_session *sess, const char *const *tried, int ntried, char *why, size_t whylen)
 {
     session *s = calloc(1, sizeof *s);
     if (!s || !(s->orig = malloc(o->body_len + 1))) {
@@ -184,6 +188,7 @@ int api_forward_stream(coord *c, http_req *req, const http_call_opts *o, const n
     s->may_continue = c->cfg.stream_continue && !(opt && !strcmp(opt, "off"));
     for (int i = 0; i < ntried; i++) note_tried(s, tried[i]);
     if (cr && cr->store && c->cache && (s->collect = cache_stream_new())) s->cache = *cr;
+    if (sess && sess->active) api_session_copy(&s->turn, sess);
     node_lease first = *lease;
     relay_resume rs = {tap, resume, s};
     relay *r = relay_start_resumable(o, &rs, finished, s);

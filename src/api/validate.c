@@ -149,6 +149,8 @@ static double json_tokens(json_t *v, int depth)
     return n;
 }
 
+double api_estimate_json_tokens(const json_t *v) { return json_tokens((json_t *)v, 0); }
+
 double api_estimate_prompt_tokens(json_t *body)
 {
     double n = 0;

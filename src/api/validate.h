@@ -26,5 +26,7 @@ int api_validate_body(api_kind k, json_t *body, api_invalid *why);
  * token) and the requested max_tokens (0 when not given). */
 double api_estimate_prompt_tokens(json_t *body);
 double api_requested_max_tokens(json_t *body);
+/* The same estimate for any JSON value (every string in it), e.g. one message. */
+double api_estimate_json_tokens(const json_t *v);
 
 #endif

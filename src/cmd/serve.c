@@ -9,11 +9,13 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "api/cache.h"
 #include "api/coord.h"
 #include "cmd/cmd.h"
 #include "http/client.h"
 #include "http/relay.h"
 #include "policy/cache.h"
+#include "policy/embed.h"
 #include "policy/detect.h"
 #include "util/clock.h"
 #include "util/ids.h"
@@ -38,6 +40,9 @@ typedef struct serve_opts {
     int cache_on;
     int64_t cache_max_bytes;
     long cache_ttl_s;
+    int cache_threshold_set;
+    char cache_embedder_id[300];
+    long session_ttl_s, session_max_tokens, session_summary_tokens;
 } serve_opts;
 
 static void usage(FILE *f)
@@ -85,6 +90,12 @@ static void usage(FILE *f)
             "  --cache-ttl-s N           an entry expires N seconds after it was stored (default 86400; 0 = never)\n"
             "  --cache-turns N           messages the cache key covers, the last one included (default 8; 0 = all)\n"
             "  --cache-max-temperature F requests sampling hotter than F are not cached (default 0.3)\n"
+            "  --cache-embedder E        builtin (default) or pool:MODEL, an embedding model of the pool\n"
+            "                            (then --cache-threshold defaults to 0.9)\n"
+            "  --session-max-tokens N    a session's conversation budget, answer included (default 4096)\n"
+            "  --session-ttl-s N         a session expires N seconds after its last turn (default 86400; 0 = never)\n"
+            "  --session-summary-model M summarise a session's dropped turns with M (default: just drop them)\n"
+            "  --session-summary-max-tokens N  the longest such summary (default 256)\n"
             "  --privacy-keyword WORD    requests containing WORD are private (repeatable)\n"
             "  --privacy-regex RE        requests matching the PCRE2 pattern RE are private (repeatable)\n"
             "  --cloud NAME=URL,models=M1|M2,key-env=VAR[,slots=N]\n"
@@ -220,6 +231,8 @@ static int parse(int argc, char **argv, serve_opts *o)
         {"envelope-origin", 1, 0, 'O'}, {"field-case", 1, 0, 'z'},
         {"cache", 1, 0, 256}, {"cache-threshold", 1, 0, 257}, {"cache-max-bytes", 1, 0, 258},
         {"cache-ttl-s", 1, 0, 259}, {"cache-turns", 1, 0, 260}, {"cache-max-temperature", 1, 0, 261},
+        {"cache-embedder", 1, 0, 262}, {"session-max-tokens", 1, 0, 263}, {"session-ttl-s", 1, 0, 264},
+        {"session-summary-model", 1, 0, 265}, {"session-summary-max-tokens", 1, 0, 266},
         {"help", 0, 0, 'H'}, {0, 0, 0, 0}};
     long v;
     double f;
@@ -227,6 +240,7 @@ static int parse(int argc, char **argv, serve_opts *o)
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        if (c == 257) o->cache_threshold_set = 1;
         switch (c) {
         case 'l': o->listen = optarg; break;
         case 'd': o->data = optarg; break;
@@ -263,6 +277,9 @@ static int parse(int argc, char **argv, serve_opts *o)
         INTOPT('G', o->cc.lowcode.max_age_s, 1, 86400, "--cors-max-age")
         INTOPT(259, o->cache_ttl_s, 0, 86400L * 365, "--cache-ttl-s")
         INTOPT(260, o->cc.cache.turns, 0, 10000, "--cache-turns")
+        INTOPT(263, o->session_max_tokens, 16, 10000000, "--session-max-tokens")
+        INTOPT(264, o->session_ttl_s, 0, 86400L * 365, "--session-ttl-s")
+        INTOPT(266, o->session_summary_tokens, 1, 100000, "--session-summary-max-tokens")
 #undef INTOPT
 #define DBLOPT(ch, field, lo, hi, name) \
         case ch: if (parse_double(optarg, lo, hi, &f)) { fprintf(stderr, "gpupool serve: %s wants a number from %g to %g\n", name, (double)lo, (double)hi); return -1; } field = f; break;
@@ -294,6 +311,17 @@ static int parse(int argc, char **argv, serve_opts *o)
             }
             o->cache_on = !strcmp(optarg, "on");
             break;
+        case 262:
+            if (!strcmp(optarg, "builtin")) {
+                o->cc.cache_pool_model = NULL;
+            } else if (!strncmp(optarg, "pool:", 5) && optarg[5] && strlen(optarg) < 256) {
+                o->cc.cache_pool_model = optarg + 5;
+            } else {
+                fprintf(stderr, "gpupool serve: --cache-embedder wants builtin or pool:MODEL\n");
+                return -1;
+            }
+            break;
+        case 265: o->cc.sessions.summary_model = optarg; break;
         case 258: {
             int64_t s = opts_parse_size(optarg);
             if (s < 4096) { fprintf(stderr, "gpupool serve: --cache-max-bytes wants a size of at least 4K, like 64M\n"); return -1; }
@@ -392,6 +420,9 @@ int cmd_serve(int argc0, char **argv0)
     cache_config_init(&o.cc.cache);
     o.cache_ttl_s = (long)(o.cc.cache.ttl_ms / 1000);
     o.cache_max_bytes = (int64_t)o.cc.cache.max_bytes;
+    o.session_max_tokens = SESSION_DEFAULT_MAX_TOKENS;
+    o.session_ttl_s = SESSION_DEFAULT_TTL_S;
+    o.session_summary_tokens = SESSION_DEFAULT_SUMMARY_TOKENS;
     int rc = 2;
     char *token = NULL;
     store *st = NULL;
@@ -403,6 +434,15 @@ int cmd_serve(int argc0, char **argv0)
     if (parse(argc, argv, &o)) goto done;
     o.cc.cache.ttl_ms = (int64_t)o.cache_ttl_s * 1000;
     o.cc.cache.max_bytes = (size_t)o.cache_max_bytes;
+    o.cc.sessions.max_tokens = (double)o.session_max_tokens;
+    o.cc.sessions.ttl_ms = (int64_t)o.session_ttl_s * 1000;
+    o.cc.sessions.summary_max_tokens = (int)o.session_summary_tokens;
+    if (o.cc.cache_pool_model) {
+        /* Its vectors are its own: entries of another embedder never meet them. */
+        snprintf(o.cache_embedder_id, sizeof o.cache_embedder_id, "model:%s", o.cc.cache_pool_model);
+        o.cc.cache.embedder = o.cache_embedder_id;
+        if (!o.cache_threshold_set) o.cc.cache.threshold = CACHE_POOL_DEFAULT_THRESHOLD;
+    }
     if (o.keys_file && load_keys_file(&o, o.keys_file)) goto done;
     const char *envkeys = getenv("GPUPOOL_API_KEYS");
     if (envkeys) {
@@ -462,8 +502,9 @@ int cmd_serve(int argc0, char **argv0)
         if (!cache) { fprintf(stderr, "gpupool serve: semantic cache: %s\n", err); goto done; }
         cache_stats cs;
         semcache_stats(cache, &cs);
-        log_info("semantic cache on (%s): %llu entr%s, threshold %.3g, max %llu bytes, ttl %ld s, %d turns, "
-                 "temperature up to %.2g", path, (unsigned long long)cs.entries, cs.entries == 1 ? "y" : "ies",
+        log_info("semantic cache on (%s, embedder %s): %llu entr%s, threshold %.3g, max %llu bytes, ttl %ld s, %d turns, "
+                 "temperature up to %.2g", path, o.cc.cache.embedder ? o.cc.cache.embedder : EMBED_BUILTIN_ID,
+                 (unsigned long long)cs.entries, cs.entries == 1 ? "y" : "ies",
                  o.cc.cache.threshold, (unsigned long long)o.cc.cache.max_bytes, o.cache_ttl_s, o.cc.cache.turns,
                  o.cc.cache.max_temperature);
     }
@@ -500,9 +541,11 @@ int cmd_serve(int argc0, char **argv0)
         n = registry_silent(reg, mono_ms(), offline, 64);
         for (int i = 0; i < n && i < 64; i++) dispatcher_node_silent(disp, offline[i]);
         /* Lookups never return expired entries; this gives their bytes back. */
-        if (cache && mono_ms() - expired_at >= 60000) {
+        if (mono_ms() - expired_at >= 60000) {
             expired_at = mono_ms();
-            semcache_expire(cache, expired_at);
+            if (cache) semcache_expire(cache, expired_at);
+            long gone = store_session_expire(st, wall_ms());
+            if (gone > 0) log_info("%ld session(s) expired", gone);
         }
     }
     rc = 0;

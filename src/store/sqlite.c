@@ -23,7 +23,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define SCHEMA_VERSION 4
+#define SCHEMA_VERSION 5
 #define BUSY_TIMEOUT_MS 5000
 
 enum { Q_QUEUED, Q_RUNNING, Q_SUCCEEDED, Q_FAILED, Q_CANCELED };
@@ -83,7 +83,9 @@ static const char SCHEMA[] =
     " owner TEXT NOT NULL DEFAULT '',"
     " created_ms INTEGER NOT NULL,"
     " cancelled_ms INTEGER NOT NULL DEFAULT 0);"
-    "CREATE INDEX IF NOT EXISTS batches_created ON batches(created_ms);";
+    "CREATE INDEX IF NOT EXISTS batches_created ON batches(created_ms);"
+    /* From version 5 (store/sessions.c): the tables come with SCHEMA. */
+    STORE_SESSIONS_SCHEMA;
 
 #define TASK_COLS                                                                   \
     "SELECT id,type,model,status,node,input_json,result_json,error_code,error_message," \

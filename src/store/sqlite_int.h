@@ -28,6 +28,23 @@ int store_db_err(store *s, const char *what);
 void store_bind_task(sqlite3_stmt *st, const task_new *t, const char *batch_id, int batch_index,
                      const char *custom_id);
 
+/* store/sessions.c's tables: a conversation's row (its owner is part of
+ * the key, so two API keys never share one) and its messages in order. */
+#define STORE_SESSIONS_SCHEMA                                                                  \
+    "CREATE TABLE IF NOT EXISTS sessions("                                                     \
+    " owner TEXT NOT NULL, id TEXT NOT NULL, model TEXT NOT NULL DEFAULT '',"                  \
+    " system_json TEXT NOT NULL DEFAULT '[]', summary TEXT,"                                   \
+    " is_private INTEGER NOT NULL DEFAULT 0, private_rule TEXT,"                               \
+    " next_seq INTEGER NOT NULL DEFAULT 0, created_ms INTEGER NOT NULL,"                       \
+    " updated_ms INTEGER NOT NULL, expires_ms INTEGER NOT NULL DEFAULT 0,"                     \
+    " PRIMARY KEY(owner, id)) WITHOUT ROWID;"                                                  \
+    "CREATE INDEX IF NOT EXISTS sessions_expires ON sessions(expires_ms) WHERE expires_ms > 0;" \
+    "CREATE TABLE IF NOT EXISTS session_messages("                                             \
+    " owner TEXT NOT NULL, session_id TEXT NOT NULL, seq INTEGER NOT NULL,"                    \
+    " message_json TEXT NOT NULL,"                                                             \
+    " PRIMARY KEY(owner, session_id, seq),"                                                    \
+    " FOREIGN KEY(owner, session_id) REFERENCES sessions(owner, id) ON DELETE CASCADE) WITHOUT ROWID;"
+
 /* JSON for a column value: null for a NULL string or a 0 time (display). */
 json_t *store_json_str(const char *v);
 json_t *store_json_ms(int64_t v);

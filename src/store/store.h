@@ -148,4 +148,41 @@ json_t *store_batch_items(store *s, const char *id);
  * already cancelled or every item had finished. */
 int store_batch_cancel(store *s, const char *id, int64_t now_ms, json_t **running);
 
+/* ---- conversation sessions (store/sessions.c) ----------------------------
+ * A session is one row, keyed by its owner (an API key's id) and the
+ * client's id, plus its non-system messages in order.  Times are wall clock
+ * (display and expiry across restarts). */
+typedef struct session_rec {
+    char owner[40], id[129], model[256];
+    json_t *system;          /* the latest system/developer messages (an array) */
+    char *summary;           /* of turns dropped earlier; NULL = none */
+    int is_private;
+    char private_rule[64];
+    int64_t created_ms, updated_ms, expires_ms; /* expires 0 = never */
+    json_t *messages;        /* oldest first */
+    int64_t first_seq;       /* the sequence number of messages[0] */
+} session_rec;
+void session_rec_free(session_rec *r);
+
+/* STORE_NOT_FOUND when there is none for this owner, or it expired by now_ms. */
+int store_session_get(store *s, const char *owner, const char *id, int64_t now_ms, session_rec *out);
+
+/* What one successful turn (or a turn classified private) writes, in one
+ * transaction: the row is made when absent; privacy only ever goes up. */
+typedef struct session_write {
+    const char *owner, *id, *model;
+    const json_t *system;    /* replaces the stored one; NULL = keep */
+    const json_t *append;    /* messages to add at the end; NULL = none */
+    int64_t drop_before_seq; /* delete messages numbered below this; 0 = none */
+    const char *summary;     /* replaces the stored one; NULL = keep */
+    int is_private;
+    const char *private_rule;
+    int64_t now_ms, ttl_ms;  /* ttl 0 = never expires */
+} session_write;
+int store_session_write(store *s, const session_write *w);
+/* STORE_NOT_FOUND when the owner has no such session. */
+int store_session_delete(store *s, const char *owner, const char *id);
+/* Removes sessions whose expiry passed; returns how many, or -1. */
+long store_session_expire(store *s, int64_t now_ms);
+
 #endif
