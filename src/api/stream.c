@@ -35,6 +35,8 @@ typedef struct session {
     char url[512];
     char *next_body;
     api_cache_req cache;       /* a lookup that missed: its answer may be stored */
+    char owner[40];            /* charged for what a cloud backend answers */
+    double prompt_tokens;      /* the estimate the charge uses */
     cache_stream *collect;     /* the answer so far, to store; NULL when not storing */
 } session;
 
@@ -126,6 +128,7 @@ static int resume(void *ctx, http_call_opts *next, const char *why)
         return 0;
     }
     s->held = 1;
+    if (s->lease.external) api_track_charge_request(c, s->owner);
     s->continuations++;
     free(s->next_body);
     s->next_body = body;
@@ -148,6 +151,8 @@ static void finished(void *ctx, const relay_outcome *o)
             registry_observe(s->c->reg, &s->lease, ok, s->continuations ? NULL : &smp, mono_ms());
         }
         registry_release(s->c->reg, &s->lease, mono_ms(), ok);
+        if (s->lease.external && o->status == 200)
+            api_track_charge_tokens(s->c, s->owner, s->lease.node_id, (int64_t)(s->prompt_tokens + 0.5), s->events);
     }
     /* A continued answer is stitched from two nodes' streams: it is not
      * stored, since its chunks need not make one well-formed answer. */
@@ -160,8 +165,8 @@ static void finished(void *ctx, const relay_outcome *o)
 }
 
 int api_forward_stream(coord *c, http_req *req, const http_call_opts *o, const node_lease *lease,
-                       const reg_request *rq, api_kind kind, const char *private_rule, const api_cache_req *cr,
-                       const char *const *tried, int ntried, char *why, size_t whylen)
+                       const reg_request *rq, api_kind kind, const char *private_rule, const api_track_hop *hop,
+                       const api_cache_req *cr, const char *const *tried, int ntried, char *why, size_t whylen)
 {
     session *s = calloc(1, sizeof *s);
     if (!s || !(s->orig = malloc(o->body_len + 1))) {
@@ -180,6 +185,8 @@ int api_forward_stream(coord *c, http_req *req, const http_call_opts *o, const n
     snprintf(s->model, sizeof s->model, "%s", rq->model);
     s->rq = *rq;
     s->rq.model = s->model;
+    snprintf(s->owner, sizeof s->owner, "%s", hop->owner);
+    s->prompt_tokens = hop->prompt_tokens;
     const char *opt = http_req_header(req, "X-Gpupool-Continue");
     s->may_continue = c->cfg.stream_continue && !(opt && !strcmp(opt, "off"));
     for (int i = 0; i < ntried; i++) note_tried(s, tried[i]);
@@ -202,7 +209,7 @@ int api_forward_stream(coord *c, http_req *req, const http_call_opts *o, const n
         return 1;
     }
     if (status == 200) {
-        api_served_by(req, &first, private_rule);
+        api_served_by(req, &first, private_rule, hop->reason);
         relay_to_client(r, req, 200);
         return 1;
     }
@@ -218,7 +225,7 @@ int api_forward_stream(coord *c, http_req *req, const http_call_opts *o, const n
     char *b = relay_collect(r, 1 << 20, &blen);
     int refused = api_node_refused(status, b);
     if (!refused) {
-        api_served_by(req, &first, private_rule);
+        api_served_by(req, &first, private_rule, hop->reason);
         http_respond(req, (int)status, ctype[0] ? ctype : "application/json", b, blen);
     } else {
         char said[200];

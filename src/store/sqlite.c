@@ -23,7 +23,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define SCHEMA_VERSION 4
+#define SCHEMA_VERSION 5
 #define BUSY_TIMEOUT_MS 5000
 
 enum { Q_QUEUED, Q_RUNNING, Q_SUCCEEDED, Q_FAILED, Q_CANCELED };
@@ -83,7 +83,15 @@ static const char SCHEMA[] =
     " owner TEXT NOT NULL DEFAULT '',"
     " created_ms INTEGER NOT NULL,"
     " cancelled_ms INTEGER NOT NULL DEFAULT 0);"
-    "CREATE INDEX IF NOT EXISTS batches_created ON batches(created_ms);";
+    "CREATE INDEX IF NOT EXISTS batches_created ON batches(created_ms);"
+    /* store/spend.c: what each API key spent on the cloud, per local day. */
+    "CREATE TABLE IF NOT EXISTS cloud_spend("
+    " day TEXT NOT NULL,"
+    " owner TEXT NOT NULL,"
+    " requests INTEGER NOT NULL DEFAULT 0,"
+    " tokens INTEGER NOT NULL DEFAULT 0,"
+    " cost REAL NOT NULL DEFAULT 0,"
+    " PRIMARY KEY(day, owner)) WITHOUT ROWID;";
 
 #define TASK_COLS                                                                   \
     "SELECT id,type,model,status,node,input_json,result_json,error_code,error_message," \
@@ -106,7 +114,8 @@ static const char MIGRATE_2_3[] =
     "ALTER TABLE tasks ADD COLUMN sensitivity TEXT NOT NULL DEFAULT 'normal';"
     "ALTER TABLE tasks ADD COLUMN route_rule TEXT;";
 
-/* From version 3: batches (the table and index come with SCHEMA). */
+/* From version 3: batches (the table and index come with SCHEMA).  From
+ * version 4: cloud_spend, which comes with SCHEMA alone. */
 static const char MIGRATE_3_4[] =
     "ALTER TABLE tasks ADD COLUMN batch_id TEXT;"
     "ALTER TABLE tasks ADD COLUMN batch_index INTEGER;"

@@ -148,4 +148,13 @@ json_t *store_batch_items(store *s, const char *id);
  * already cancelled or every item had finished. */
 int store_batch_cancel(store *s, const char *id, int64_t now_ms, json_t **running);
 
+/* ---- cloud spend (store/spend.c) ----------------------------------------
+ * What each API key sent to the cloud, per local day ("YYYY-MM-DD"), so that
+ * a restart does not reset a budget. */
+int store_spend_add(store *s, const char *day, const char *owner, int64_t requests, int64_t tokens, double cost);
+/* Calls fn for each key's row of day; returns STORE_OK or STORE_ERR. */
+int store_spend_load(store *s, const char *day,
+                     void (*fn)(void *ctx, const char *owner, int64_t requests, int64_t tokens, double cost),
+                     void *ctx);
+
 #endif
