@@ -260,7 +260,12 @@ void api_openai_proxy(coord *c, http_req *req, int kind)
                       d.reason);
             goto out;
         }
-        if (tracked && d.target == TRACK_LOCAL && tr.local_failed) break; /* nowhere left to go */
+        if (tracked && d.target == TRACK_LOCAL && tr.local_failed) { /* nowhere left to go */
+            char was[sizeof last_error];
+            snprintf(was, sizeof was, "%s", last_error);
+            snprintf(last_error, sizeof last_error, "%.140s; not the cloud: %.130s", was, d.reason);
+            break;
+        }
         const char *want = d.model ? d.model : pr.model;
         if (strcmp(want, model)) {
             snprintf(model, sizeof model, "%s", want);
@@ -331,6 +336,9 @@ void api_openai_proxy(coord *c, http_req *req, int kind)
     if (ntried) {
         api_server_error(req, 502, "no_node_answered", "no node could serve '%s' (tried %d): %s", model, ntried,
                          last_error);
+    } else if (tracked && last_error[0]) {
+        api_retry_after(c, req, registry_waiters(c->reg));
+        api_server_error(req, 503, "no_capacity", "no track could take the request: %s", last_error);
     } else {
         api_retry_after(c, req, registry_waiters(c->reg));
         api_server_error(req, 503, "no_capacity", "no node could take a request for '%s' within %lld ms", model,
