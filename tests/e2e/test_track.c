@@ -68,6 +68,16 @@ static const char *level_of(h_pool *p, const char *key, char *out, size_t len)
     return out;
 }
 
+typedef struct charged_ctx { h_pool *p; const char *key; json_int_t tokens; } charged_ctx;
+static int charged_more(void *ctx)
+{
+    charged_ctx *c = ctx;
+    json_t *j = budget_of(c->p, c->key);
+    int more = json_integer_value(json_object_get(json_object_get(j, "used"), "tokens_today")) > c->tokens;
+    json_decref(j);
+    return more;
+}
+
 static h_proc *start_cloud(h_pool *p, const char *extra)
 {
     char args[256];
@@ -115,6 +125,26 @@ static void routes_and_budget_degrade(void **state)
     a = ask(p, KEY2, longtext, 5, NULL, NULL);
     assert_int_equal(a.status, 200);
     assert_true(prefix(a.route, "cloud; reason=complex (prompt_tokens "));
+    /* a stream to the cloud is charged too (its events, without usage) */
+    json_t *before = budget_of(p, KEY2);
+    const char *k2[] = {KEY2, NULL};
+    h_resp sr;
+    h_request(p, "POST", "/v1/chat/completions",
+              "{\"model\":\"auto\",\"stream\":true,\"max_tokens\":6,\"messages\":[{\"role\":\"user\",\"content\":"
+              "\"prove it\"}]}",
+              k2, &sr);
+    assert_int_equal(sr.status, 200);
+    char sroute[128];
+    assert_string_equal(h_header(&sr, "X-Gpupool-Route", sroute, sizeof sroute), "cloud; reason=complex (keyword 'prove')");
+    assert_non_null(strstr(sr.body, "[DONE]"));
+    h_resp_free(&sr);
+    /* charged when the relay ends, which may be just after the client saw [DONE] */
+    charged_ctx cc = {p, KEY2, json_integer_value(json_object_get(json_object_get(before, "used"), "tokens_today"))};
+    assert_true(h_wait_until(charged_more, &cc, 5000));
+    json_t *after = budget_of(p, KEY2);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(after, "used"), "requests_today")), 2);
+    json_decref(before);
+    json_decref(after);
     /* the header chooses over the rules */
     a = ask(p, KEY1, "please prove it", 4, "X-Gpupool-Track: local", NULL);
     assert_string_equal(a.route, "local; reason=header (X-Gpupool-Track: local)");
