@@ -230,7 +230,7 @@ void api_openai_proxy(coord *c, http_req *req, int kind)
     const char *private_rule = pr.cls.is_private ? pr.cls.rule : NULL;
     track_request tr = pr.tr;
     int tracked = tr.is_auto || tr.cloud_model;
-    api_track_hop hop = {.prompt_tokens = rq.prompt_tokens};
+    api_track_hop hop = {.prompt_tokens = rq.prompt_tokens, .urgent = tr.urgent};
     coord_owner(c, req, hop.owner);
     size_t raw_len;
     const char *raw = http_req_body(req, &raw_len);

@@ -37,6 +37,7 @@ typedef struct session {
     api_cache_req cache;       /* a lookup that missed: its answer may be stored */
     char owner[40];            /* charged for what a cloud backend answers */
     double prompt_tokens;      /* the estimate the charge uses */
+    int urgent;                /* for the budget's check when a continuation would go out */
     cache_stream *collect;     /* the answer so far, to store; NULL when not storing */
 } session;
 
@@ -122,7 +123,10 @@ static int resume(void *ctx, http_call_opts *next, const char *why)
     if (!body) return 0;
     const char *ex[MAX_TRIED];
     for (int i = 0; i < s->ntried; i++) ex[i] = s->tried[i];
-    if (registry_acquire(c->reg, &s->rq, ex, s->ntried, &s->lease) != PLACE_OK) {
+    /* A continuation is a hop too: the cloud only while the budget allows. */
+    reg_request rq = s->rq;
+    rq.trusted_only = rq.trusted_only || !api_track_cloud_allowed(c, s->owner, s->urgent);
+    if (registry_acquire(c->reg, &rq, ex, s->ntried, &s->lease) != PLACE_OK) {
         log_warn("stream for %s: no other node can continue it", s->model);
         free(body);
         return 0;
@@ -187,6 +191,7 @@ int api_forward_stream(coord *c, http_req *req, const http_call_opts *o, const n
     s->rq.model = s->model;
     snprintf(s->owner, sizeof s->owner, "%s", hop->owner);
     s->prompt_tokens = hop->prompt_tokens;
+    s->urgent = hop->urgent;
     const char *opt = http_req_header(req, "X-Gpupool-Continue");
     s->may_continue = c->cfg.stream_continue && !(opt && !strcmp(opt, "off"));
     for (int i = 0; i < ntried; i++) note_tried(s, tried[i]);

@@ -49,6 +49,7 @@ typedef struct api_track_hop {
     const char *reason;    /* X-Gpupool-Route's reason; NULL = the default */
     char owner[40];
     double prompt_tokens;  /* the estimate, for an answer without usage */
+    int urgent;            /* for the budget's check at a later hop (a stream's continuation) */
 } api_track_hop;
 
 /* GET /v1/budget: the caller's key's limits, spend and level. */
