@@ -350,6 +350,15 @@ out:
 void api_models(coord *c, http_req *req)
 {
     json_t *j = registry_models_json(c->reg, mono_ms());
+    const track_cfg *tc = c->track ? api_track_cfg(c->track) : NULL;
+    if (tc && (tc->auto_local[0] || tc->auto_cloud[0])) {
+        /* The router's alias, so that clients that pick from the list can pick it. */
+        json_t *resolves = json_pack("{s:o, s:o}", "local", tc->auto_local[0] ? json_string(tc->auto_local) : json_null(),
+                                     "cloud", tc->auto_cloud[0] ? json_string(tc->auto_cloud) : json_null());
+        json_array_append_new(json_object_get(j, "data"),
+                              json_pack("{s:s, s:s, s:s, s:o}", "id", TRACK_ALIAS, "object", "model", "owned_by",
+                                        "gpupool", "resolves_to", resolves));
+    }
     http_respond_json(req, 200, j);
     json_decref(j);
 }

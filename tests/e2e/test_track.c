@@ -108,6 +108,20 @@ static void routes_and_budget_degrade(void **state)
     snprintf(p->api_key, sizeof p->api_key, "key-one-secret");
     h_start_worker(p, "desk", "--ttft-ms%200%20--tps%200", NULL);
 
+    /* the alias is listed with what it stands for */
+    h_resp mr;
+    h_request(p, "GET", "/v1/models", NULL, NULL, &mr);
+    assert_int_equal(mr.status, 200);
+    json_t *models = json_object_get(mr.json, "data"), *m;
+    size_t mi;
+    int listed = 0;
+    json_array_foreach(models, mi, m) if (!strcmp(json_string_value(json_object_get(m, "id")), "auto")) {
+        listed = 1;
+        assert_string_equal(json_string_value(json_object_get(json_object_get(m, "resolves_to"), "cloud")), "gpt-sim");
+    }
+    assert_true(listed);
+    h_resp_free(&mr);
+
     /* simple stays local, complex goes to the cloud, both say why */
     answer a = ask(p, KEY1, "hello there", 4, NULL, NULL);
     assert_int_equal(a.status, 200);

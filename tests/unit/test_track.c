@@ -7,10 +7,14 @@
 #include <setjmp.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "policy/budget.h"
 #include "policy/track.h"
+#include "store/store.h"
 
 static void config(track_cfg *c)
 {
@@ -279,6 +283,50 @@ static void prices_and_rules_parse(void **state)
     track_cfg_free(&c);
 }
 
+static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+static void restore_into(void *ctx, const char *owner, int64_t requests, int64_t tokens, double cost)
+{
+    budget_restore(ctx, owner, "2026-12-01", requests, tokens, cost);
+}
+
+/* The spend is added up per day and key in the store, and a budget made
+ * after a reopen starts from it. */
+static void spend_survives_reopen(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/gpupool-spend-XXXXXX", err[256];
+    assert_non_null(mkdtemp(dir));
+    store *st = store_open(dir, err, sizeof err);
+    assert_non_null(st);
+    assert_int_equal(store_spend_add(st, "2026-12-01", "key-a", 1, 0, 0), STORE_OK);
+    assert_int_equal(store_spend_add(st, "2026-12-01", "key-a", 0, 300, 0.25), STORE_OK);
+    assert_int_equal(store_spend_add(st, "2026-12-01", "key-b", 1, 10, 0.01), STORE_OK);
+    assert_int_equal(store_spend_add(st, "2026-11-30", "key-a", 9, 9000, 9), STORE_OK);
+    store_close(st);
+    st = store_open(dir, err, sizeof err);
+    assert_non_null(st);
+    budget *b = budget_new();
+    budget_limits l;
+    assert_int_equal(budget_limits_parse("tokens-day=350", &l, err, sizeof err), 0);
+    budget_set_limits(b, "default", &l);
+    assert_int_equal(store_spend_load(st, "2026-12-01", restore_into, b), STORE_OK);
+    json_t *j = budget_json(b, "key-a", 1000, "2026-12-01");
+    json_t *used = json_object_get(j, "used");
+    assert_int_equal(json_integer_value(json_object_get(used, "tokens_today")), 300);
+    assert_int_equal(json_integer_value(json_object_get(used, "requests_today")), 1);
+    assert_true(json_real_value(json_object_get(used, "cost_today")) > 0.249);
+    assert_string_equal(json_string_value(json_object_get(j, "level")), "soft");
+    json_decref(j);
+    budget_free(b);
+    store_close(st);
+    nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -288,6 +336,7 @@ int main(void)
         cmocka_unit_test(fallback_hops_ask_again),
         cmocka_unit_test(minute_window_and_restore),
         cmocka_unit_test(prices_and_rules_parse),
+        cmocka_unit_test(spend_survives_reopen),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
