@@ -42,6 +42,7 @@ typedef struct coord {
     dispatcher *disp;
     const struct detect_rules *rules; /* sensitive-data detectors (policy/detect) */
     semcache *cache;                  /* the semantic cache (api/cache); NULL when off */
+    struct api_track *track;          /* the two-track router's rules and budgets (api/track) */
     int64_t started_mono;
 } coord;
 
@@ -86,9 +87,10 @@ void api_sessions_get(coord *c, http_req *req, const char *id);
 void api_sessions_delete(coord *c, http_req *req, const char *id);
 
 /* Shared by the proxy paths (api/openai.c, api/stream.c): the headers that
- * name who served, and whether an answer is the node refusing (its
+ * name who served (route_reason: the router's reason for X-Gpupool-Route,
+ * NULL for the default one), and whether an answer is the node refusing (its
  * self-check failed, or it refused its token) so another node may serve. */
-void api_served_by(http_req *req, const node_lease *l, const char *private_rule);
+void api_served_by(http_req *req, const node_lease *l, const char *private_rule, const char *route_reason);
 int api_node_refused(long status, const char *body);
 /* Retry-After for a 429: when the pool should have drained `waiting`
  * requests ahead, at its rate of the last minute. */

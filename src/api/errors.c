@@ -11,7 +11,7 @@ static const api_error_code CODES[] = {
     {"cors_origin_not_allowed", 403}, {"model_not_found", 404}, {"task_not_found", 404}, {"batch_not_found", 404}, {"session_not_found", 404},
     {"node_not_found", 404}, {"not_found", 404}, {"method_not_allowed", 405},
     {"idempotency_key_reused", 409}, {"task_finished", 409}, {"batch_finished", 409}, {"node_live", 409}, {"body_too_large", 413},
-    {"queue_full", 429}, {"store_error", 500}, {"no_node_answered", 502}, {"no_capacity", 503},
+    {"queue_full", 429}, {"budget_exceeded", 429}, {"store_error", 500}, {"no_node_answered", 502}, {"no_capacity", 503},
     {"insufficient_vram", 503}, {"store_unavailable", 503}, {"no_trusted_capacity", 503},
     {"upstream_interrupted", 0},
 };

@@ -14,6 +14,7 @@
 #include "api/validate.h"
 #include "http/client.h"
 #include "api/stream.h"
+#include "api/track.h"
 #include "policy/classify.h"
 #include "http/relay.h"
 #include "util/clock.h"
@@ -91,6 +92,7 @@ typedef struct prepared {
     api_session sess;          /* a session turn (api/sessions); sess.active 0 when none */
     char *raw;                 /* the body to forward when it is not the client's; NULL = the client's */
     size_t raw_len;
+    track_request tr;          /* what the two-track router reads (api/track) */
 } prepared;
 
 static void prepared_free(prepared *p)
@@ -139,19 +141,6 @@ static int prepare(coord *c, http_req *req, api_kind kind, prepared *p, int may_
         return -1;
     }
     api_session_classified(c, &p->sess, &p->cls);
-    if (!registry_model_known(c->reg, p->model)) {
-        api_error(req, 404, "invalid_request_error", "model_not_found", "model",
-                  "the model '%s' is not served by any node in the pool", p->model);
-        prepared_free(p);
-        return -1;
-    }
-    if (p->cls.is_private && !registry_model_trusted(c->reg, p->model)) {
-        api_server_error(req, 503, "no_trusted_capacity",
-                         "the request is private (%s) and no trusted node serves '%s'; it was not sent anywhere",
-                         p->cls.rule, p->model);
-        prepared_free(p);
-        return -1;
-    }
     size_t len;
     http_req_body(req, &len);
     if (p->sess.active) {
@@ -169,14 +158,36 @@ static int prepare(coord *c, http_req *req, api_kind kind, prepared *p, int may_
                           .payload_bytes = (double)len,
                           .priority = prio && prio[0] >= '0' && prio[0] <= '9' && !prio[1] ? prio[0] - '0' : 5,
                           .trusted_only = p->cls.is_private};
+    if (api_track_features(c, req, body, p->model, p->rq.prompt_tokens, p->rq.max_tokens, p->rq.priority,
+                           p->cls.is_private ? p->cls.rule : NULL, &p->tr)) {
+        prepared_free(p);
+        return -1;
+    }
+    /* "auto" stands for the router's local model when the request is private. */
+    const char *local = p->tr.is_auto ? api_track_cfg(c->track)->auto_local : p->model;
+    if (!p->tr.is_auto && !registry_model_known(c->reg, p->model)) {
+        api_error(req, 404, "invalid_request_error", "model_not_found", "model",
+                  "the model '%s' is not served by any node in the pool", p->model);
+        prepared_free(p);
+        return -1;
+    }
+    if (p->cls.is_private && (!*local || !registry_model_trusted(c->reg, local))) {
+        api_server_error(req, 503, "no_trusted_capacity",
+                         "the request is private (%s) and no trusted node serves '%s'; it was not sent anywhere",
+                         p->cls.rule, *local ? local : p->model);
+        prepared_free(p);
+        return -1;
+    }
     return 0;
 }
 
-void api_served_by(http_req *req, const node_lease *l, const char *private_rule)
+void api_served_by(http_req *req, const node_lease *l, const char *private_rule, const char *route_reason)
 {
     http_set_header(req, "X-Gpupool-Node", l->node_id);
-    char route[128];
-    if (l->external) snprintf(route, sizeof route, "cloud; reason=external backend %s", l->node_id);
+    char route[200];
+    if (route_reason && *route_reason)
+        snprintf(route, sizeof route, "%s; reason=%s", l->external ? "cloud" : "local", route_reason);
+    else if (l->external) snprintf(route, sizeof route, "cloud; reason=external backend %s", l->node_id);
     else if (private_rule && *private_rule) snprintf(route, sizeof route, "local; reason=private (%s)", private_rule);
     else snprintf(route, sizeof route, "local; reason=pool");
     http_set_header(req, "X-Gpupool-Route", route);
@@ -190,8 +201,8 @@ void api_served_by(http_req *req, const node_lease *l, const char *private_rule)
 static int engine_failed(long status) { return status >= 500 && status != 501 && status != 505; }
 
 static int forward_buffered(coord *c, http_req *req, const http_call_opts *o, const node_lease *lease,
-                            const char *private_rule, const api_cache_req *cr, api_session *sess, int may_retry,
-                            char *why, size_t whylen)
+                            const char *private_rule, const api_track_hop *hop, const api_cache_req *cr,
+                            api_session *sess, int may_retry, char *why, size_t whylen)
 {
     http_result res;
     int64_t t0 = mono_us();
@@ -199,6 +210,9 @@ static int forward_buffered(coord *c, http_req *req, const http_call_opts *o, co
     int ok = registry_status_served(res.status) && !api_node_refused(res.status, res.body);
     if (!http_req_client_gone(req)) observe(c->reg, lease, res.status, ok, res.body, res.body_len, t0, 0);
     registry_release(c->reg, lease, mono_ms(), ok);
+    /* The cloud bills what it answered, whoever is still listening. */
+    if (lease->external && res.status == 200)
+        api_track_charge_answer(c, hop->owner, lease->node_id, res.body, res.body_len, hop->prompt_tokens, 0);
     int done = 1;
     if (res.status == 0 && http_req_client_gone(req)) {
         api_error(req, 499, "invalid_request_error", "client_closed", NULL, "the client left");
@@ -206,7 +220,7 @@ static int forward_buffered(coord *c, http_req *req, const http_call_opts *o, co
         snprintf(why, whylen, "%s: the engine answered %ld", lease->node_id, res.status);
         done = 0;
     } else if (res.status && !api_node_refused(res.status, res.body)) {
-        api_served_by(req, lease, private_rule);
+        api_served_by(req, lease, private_rule, hop->reason);
         /* Stored before answering, so the client's next request can hit. */
         api_cache_store(c, cr, res.status, res.body, res.body_len);
         if (sess->active && res.status == 200) {
@@ -227,6 +241,17 @@ static int forward_buffered(coord *c, http_req *req, const http_call_opts *o, co
 }
 
 static void proxy(coord *c, http_req *req, int kind, prepared *pr);
+
+/* The body asking for another model (auto's resolution); NULL when memory
+ * ran out. */
+static char *with_model(const char *raw, size_t len, const char *model)
+{
+    json_t *b = json_loadb(raw, len, 0, NULL);
+    char *out = NULL;
+    if (json_is_object(b) && !json_object_set_new(b, "model", json_string(model))) out = json_dumps(b, JSON_COMPACT);
+    json_decref(b);
+    return out;
+}
 
 void api_openai_proxy(coord *c, http_req *req, int kind)
 {
@@ -250,17 +275,23 @@ static void proxy(coord *c, http_req *req, int kind, prepared *pr)
         json_decref(hit);
         return;
     }
-    const char *model = pr->model;
+    char model[256];
+    snprintf(model, sizeof model, "%s", pr->model);
     int stream = pr->stream;
     reg_request rq = pr->rq;
-    rq.model = pr->model;
+    rq.model = model;
     const char *private_rule = pr->cls.is_private ? pr->cls.rule : NULL;
-    size_t len;
-    const char *raw = http_req_body(req, &len);
-    if (pr->raw) {
+    track_request tr = pr->tr;
+    int tracked = tr.is_auto || tr.cloud_model;
+    api_track_hop hop = {.prompt_tokens = rq.prompt_tokens, .urgent = tr.urgent};
+    coord_owner(c, req, hop.owner);
+    size_t raw_len;
+    const char *raw = http_req_body(req, &raw_len);
+    if (pr->raw) { /* a session's whole conversation */
         raw = pr->raw;
-        len = pr->raw_len;
+        raw_len = pr->raw_len;
     }
+    char *hop_body = NULL; /* the body for a model other than the client's */
     const char *tried[MAX_TRIES];
     char tried_ids[MAX_TRIES][40];
     int ntried = 0;
@@ -270,59 +301,122 @@ static void proxy(coord *c, http_req *req, int kind, prepared *pr)
         ntried++;
     }
     char last_error[300] = "";
-    int tries = c->cfg.max_attempts < MAX_TRIES ? c->cfg.max_attempts : MAX_TRIES;
+    /* A tracked request may take one hop more: to the other track. */
+    int tries = c->cfg.max_attempts + tracked < MAX_TRIES ? c->cfg.max_attempts + tracked : MAX_TRIES;
     int64_t deadline = mono_ms() + c->cfg.queue_timeout_ms;
+    track_decision d = {0};
 
     for (int attempt = ntried; attempt < tries; attempt++) {
+        /* Every hop asks again: the budget may have moved, and a failed
+         * track sends the request to the other one. */
+        api_track_decide(c, hop.owner, &tr, &d);
+        if (d.refuse) {
+            api_retry_after(c, req, 0);
+            api_error(req, 429, "rate_limit_error", "budget_exceeded", "model",
+                      "'%s' may not go to the cloud now (%s) and no local model stands in for it", pr->model,
+                      d.reason);
+            goto out;
+        }
+        if (tracked && d.target == TRACK_LOCAL && tr.local_failed) { /* nowhere left to go */
+            char was[sizeof last_error];
+            snprintf(was, sizeof was, "%s", last_error);
+            snprintf(last_error, sizeof last_error, "%.140s; not the cloud: %.130s", was, d.reason);
+            break;
+        }
+        const char *want = d.model ? d.model : pr->model;
+        if (strcmp(want, model)) {
+            snprintf(model, sizeof model, "%s", want);
+            free(hop_body);
+            if (!(hop_body = with_model(raw, raw_len, model))) {
+                api_server_error(req, 503, "no_capacity", "out of memory");
+                goto out;
+            }
+            if (attempt > ntried) deadline = mono_ms() + c->cfg.queue_timeout_ms; /* a new track, a new wait */
+        }
+        /* Local means the pool's own nodes; an untracked request may still
+         * fall back to an external backend while its budget allows. */
+        rq.trusted_only = private_rule != NULL ||
+                          (tracked ? d.target == TRACK_LOCAL : !api_track_cloud_allowed(c, hop.owner, tr.urgent));
+        hop.reason = tracked ? d.reason : NULL;
         node_lease lease;
         reg_wait w = registry_acquire_wait(c->reg, &rq, tried, ntried, deadline, c->cfg.queue_max, &lease);
+        if (w != REG_OK && w != REG_QUEUE_FULL && tracked && !tr.local_failed && !tr.cloud_failed) {
+            /* This track has no room: the other one, if the router allows it. */
+            if (d.target == TRACK_LOCAL) tr.local_failed = 1;
+            else tr.cloud_failed = 1;
+            snprintf(last_error, sizeof last_error, "no %s capacity for '%s'",
+                     d.target == TRACK_LOCAL ? "local" : "cloud", model);
+            continue;
+        }
         if (w == REG_NO_MODEL) {
             api_error(req, 404, "invalid_request_error", "model_not_found", "model",
                       "the model '%s' is not served by any node in the pool", model);
-            return;
+            goto out;
         }
         if (w == REG_QUEUE_FULL) {
             api_retry_after(c, req, registry_waiters(c->reg));
             api_error(req, 429, "rate_limit_error", "queue_full", NULL,
                       "all nodes serving '%s' are busy and the queue is full; retry later", model);
-            return;
+            goto out;
         }
         if (w == REG_NO_FIT) {
             api_server_error(req, 503, "insufficient_vram",
                              "the model '%s' fits the free VRAM of no node now (see /v1/nodes for each node's need)", model);
-            return;
+            goto out;
         }
         if (w == REG_TIMEOUT || w == REG_EXHAUSTED) break;
 
+        if (lease.external) api_track_charge_request(c, hop.owner);
+        const char *body = hop_body ? hop_body : raw;
+        size_t len = hop_body ? strlen(hop_body) : raw_len;
         char url[512];
         snprintf(url, sizeof url, "%s%s", lease.address, api_kind_path((api_kind)kind));
-        http_call_opts o = {.method = "POST", .url = url, .body = raw, .body_len = len,
+        http_call_opts o = {.method = "POST", .url = url, .body = body, .body_len = len,
                             .bearer = lease.token, .timeout_ms = stream ? 0 : c->cfg.upstream_timeout_ms,
                             .idle_timeout_ms = stream ? c->cfg.upstream_timeout_ms : 0};
-        int done = stream ? api_forward_stream(c, req, &o, &lease, &rq, (api_kind)kind, private_rule, &cache,
+        int done = stream ? api_forward_stream(c, req, &o, &lease, &rq, (api_kind)kind, private_rule, &hop, &cache,
                                                &pr->sess, tried, ntried, last_error, sizeof last_error)
-                          : forward_buffered(c, req, &o, &lease, private_rule, &cache, &pr->sess,
+                          : forward_buffered(c, req, &o, &lease, private_rule, &hop, &cache, &pr->sess,
                                              attempt + 1 < tries, last_error, sizeof last_error);
-        if (done) return;
+        if (done) {
+            api_track_count(c, lease.external, tracked ? d.kind : private_rule ? "private" : "pool");
+            goto out;
+        }
         log_warn("request for %s: node %s failed before answering (%s); trying another", model,
                  lease.node_id, last_error);
         snprintf(tried_ids[ntried], sizeof tried_ids[ntried], "%s", lease.node_id);
         tried[ntried] = tried_ids[ntried];
         ntried++;
+        /* A cloud that failed hands the request back to the local track. */
+        if (tracked && lease.external) tr.cloud_failed = 1;
     }
     if (ntried) {
         api_server_error(req, 502, "no_node_answered", "no node could serve '%s' (tried %d): %s", model, ntried,
                          last_error);
+    } else if (tracked && last_error[0]) {
+        api_retry_after(c, req, registry_waiters(c->reg));
+        api_server_error(req, 503, "no_capacity", "no track could take the request: %s", last_error);
     } else {
         api_retry_after(c, req, registry_waiters(c->reg));
         api_server_error(req, 503, "no_capacity", "no node could take a request for '%s' within %lld ms", model,
                          (long long)c->cfg.queue_timeout_ms);
     }
+out:
+    free(hop_body);
 }
 
 void api_models(coord *c, http_req *req)
 {
     json_t *j = registry_models_json(c->reg, mono_ms());
+    const track_cfg *tc = c->track ? api_track_cfg(c->track) : NULL;
+    if (tc && (tc->auto_local[0] || tc->auto_cloud[0])) {
+        /* The router's alias, so that clients that pick from the list can pick it. */
+        json_t *resolves = json_pack("{s:o, s:o}", "local", tc->auto_local[0] ? json_string(tc->auto_local) : json_null(),
+                                     "cloud", tc->auto_cloud[0] ? json_string(tc->auto_cloud) : json_null());
+        json_array_append_new(json_object_get(j, "data"),
+                              json_pack("{s:s, s:s, s:s, s:o}", "id", TRACK_ALIAS, "object", "model", "owned_by",
+                                        "gpupool", "resolves_to", resolves));
+    }
     http_respond_json(req, 200, j);
     json_decref(j);
 }
@@ -347,7 +441,8 @@ static void fast_done(void *ctx, http_result *res)
     registry_release(f->c->reg, &f->lease, mono_ms(), ok);
     int retry = engine_failed(res->status) && f->c->cfg.max_attempts > 1;
     if (res->status && !api_node_refused(res->status, res->body) && !retry) {
-        api_served_by(req, &f->lease, f->private_rule);
+        api_served_by(req, &f->lease, f->private_rule, NULL);
+        api_track_count(f->c, 0, f->private_rule[0] ? "private" : "pool");
         api_cache_store(f->c, &f->cache, res->status, res->body, res->body_len);
         relay_respond_result(req, res);
         http_req_complete(req);
@@ -377,8 +472,12 @@ http_fast_rc api_openai_fast(coord *c, http_req *req, int kind)
     if (prc) return prc < 0 ? HTTP_HANDLED : HTTP_PASS;
     json_t *body = pr.body;
     /* Streams block a pool thread, which makes their own lookup; so do
-     * lookups that must first ask an embedding model of the pool. */
-    if (pr.stream || (kind == KIND_CHAT && c->cache && c->cfg.cache_pool_model)) {
+     * lookups that must first ask an embedding model of the pool, and
+     * requests the two-track router places.  The fast path leases only the
+     * pool's own nodes, since what goes to the cloud is budgeted there. */
+    pr.rq.trusted_only = 1;
+    if (pr.stream || (kind == KIND_CHAT && c->cache && c->cfg.cache_pool_model) || pr.tr.is_auto ||
+        pr.tr.cloud_model) {
         json_decref(body);
         return HTTP_PASS;
     }

@@ -11,6 +11,7 @@
 #include "api/metrics.h"
 #include "api/openapi.h"
 #include "api/routes.h"
+#include "api/track.h"
 #include "api/validate.h"
 #include "util/clock.h"
 #include "util/ids.h"
@@ -118,6 +119,7 @@ static metrics_route route_and_run(coord *c, http_req *req)
     case OP_BATCH_CANCEL: api_batches_cancel(c, req, id); break;
     case OP_SESSION_GET: api_sessions_get(c, req, id); break;
     case OP_SESSION_DELETE: api_sessions_delete(c, req, id); break;
+    case OP_BUDGET: api_budget_get(c, req); break;
     }
     return rt->metric;
 }

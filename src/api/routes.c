@@ -32,6 +32,7 @@ static const api_route ROUTES[] = {
     {"DELETE", "/v1/nodes/{id}", OP_NODE_FORGET, AUTH_ADMIN, ROUTE_NODES, 0},
     {"POST", "/v1/plan", OP_PLAN, AUTH_CLIENT, ROUTE_PLAN, 0},
     {"DELETE", "/v1/cache", OP_CACHE_INVALIDATE, AUTH_ADMIN, ROUTE_CACHE, 0},
+    {"GET", "/v1/budget", OP_BUDGET, AUTH_CLIENT, ROUTE_BUDGET, 0},
 };
 #define NROUTES (sizeof ROUTES / sizeof ROUTES[0])
 

@@ -35,6 +35,9 @@ typedef struct session {
     char url[512];
     char *next_body;
     api_cache_req cache;       /* a lookup that missed: its answer may be stored */
+    char owner[40];            /* charged for what a cloud backend answers */
+    double prompt_tokens;      /* the estimate the charge uses */
+    int urgent;                /* for the budget's check when a continuation would go out */
     cache_stream *collect;     /* the answer so far, to store; NULL when not storing */
     api_session turn;          /* a conversation session's turn (inactive when none) */
 } session;
@@ -122,12 +125,16 @@ static int resume(void *ctx, http_call_opts *next, const char *why)
     if (!body) return 0;
     const char *ex[MAX_TRIED];
     for (int i = 0; i < s->ntried; i++) ex[i] = s->tried[i];
-    if (registry_acquire(c->reg, &s->rq, ex, s->ntried, &s->lease) != PLACE_OK) {
+    /* A continuation is a hop too: the cloud only while the budget allows. */
+    reg_request rq = s->rq;
+    rq.trusted_only = rq.trusted_only || !api_track_cloud_allowed(c, s->owner, s->urgent);
+    if (registry_acquire(c->reg, &rq, ex, s->ntried, &s->lease) != PLACE_OK) {
         log_warn("stream for %s: no other node can continue it", s->model);
         free(body);
         return 0;
     }
     s->held = 1;
+    if (s->lease.external) api_track_charge_request(c, s->owner);
     s->continuations++;
     free(s->next_body);
     s->next_body = body;
@@ -150,6 +157,8 @@ static void finished(void *ctx, const relay_outcome *o)
             registry_observe(s->c->reg, &s->lease, ok, s->continuations ? NULL : &smp, mono_ms());
         }
         registry_release(s->c->reg, &s->lease, mono_ms(), ok);
+        if (s->lease.external && o->status == 200)
+            api_track_charge_tokens(s->c, s->owner, s->lease.node_id, (int64_t)(s->prompt_tokens + 0.5), s->events);
     }
     /* A continued answer is stitched from two nodes' streams: it is not
      * stored, since its chunks need not make one well-formed answer. */
@@ -164,8 +173,9 @@ static void finished(void *ctx, const relay_outcome *o)
 }
 
 int api_forward_stream(coord *c, http_req *req, const http_call_opts *o, const node_lease *lease,
-                       const reg_request *rq, api_kind kind, const char *private_rule, const api_cache_req *cr,
-                       const api_session *sess, const char *const *tried, int ntried, char *why, size_t whylen)
+                       const reg_request *rq, api_kind kind, const char *private_rule, const api_track_hop *hop,
+                       const api_cache_req *cr, const api_session *sess, const char *const *tried, int ntried,
+                       char *why, size_t whylen)
 {
     session *s = calloc(1, sizeof *s);
     if (!s || !(s->orig = malloc(o->body_len + 1))) {
@@ -184,6 +194,9 @@ int api_forward_stream(coord *c, http_req *req, const http_call_opts *o, const n
     snprintf(s->model, sizeof s->model, "%s", rq->model);
     s->rq = *rq;
     s->rq.model = s->model;
+    snprintf(s->owner, sizeof s->owner, "%s", hop->owner);
+    s->prompt_tokens = hop->prompt_tokens;
+    s->urgent = hop->urgent;
     const char *opt = http_req_header(req, "X-Gpupool-Continue");
     s->may_continue = c->cfg.stream_continue && !(opt && !strcmp(opt, "off"));
     for (int i = 0; i < ntried; i++) note_tried(s, tried[i]);
@@ -207,7 +220,7 @@ int api_forward_stream(coord *c, http_req *req, const http_call_opts *o, const n
         return 1;
     }
     if (status == 200) {
-        api_served_by(req, &first, private_rule);
+        api_served_by(req, &first, private_rule, hop->reason);
         relay_to_client(r, req, 200);
         return 1;
     }
@@ -223,7 +236,7 @@ int api_forward_stream(coord *c, http_req *req, const http_call_opts *o, const n
     char *b = relay_collect(r, 1 << 20, &blen);
     int refused = api_node_refused(status, b);
     if (!refused) {
-        api_served_by(req, &first, private_rule);
+        api_served_by(req, &first, private_rule, hop->reason);
         http_respond(req, (int)status, ctype[0] ? ctype : "application/json", b, blen);
     } else {
         char said[200];

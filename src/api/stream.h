@@ -14,6 +14,7 @@
 #include "api/cache.h"
 #include "api/coord.h"
 #include "api/sessions.h"
+#include "api/track.h"
 #include "api/validate.h"
 #include "http/client.h"
 
@@ -21,13 +22,16 @@
  * failed before answering (why says how) and another may be tried.  The
  * lease is the session's from then on.  tried lists nodes that failed this
  * request already.  private_rule (NULL when the request is not private) is
- * shown in the answer's route header; the continuation keeps rq's tier.  cr
+ * shown in the answer's route header, with hop's reason; the continuation
+ * keeps rq's tier, and what ran on a cloud backend is charged to hop's
+ * owner (the prompt's estimate and one token per event).  cr
  * (NULL or not storing: nothing is stored) is a cache lookup that missed: a
  * stream that ends properly on its first node is collected and stored.
  * sess (NULL or inactive: none) is a session turn: a stream that ends
  * properly (continued or not) stores its text as the assistant's answer. */
 int api_forward_stream(coord *c, http_req *req, const http_call_opts *o, const node_lease *lease,
-                       const reg_request *rq, api_kind kind, const char *private_rule, const api_cache_req *cr,
-                       const api_session *sess, const char *const *tried, int ntried, char *why, size_t whylen);
+                       const reg_request *rq, api_kind kind, const char *private_rule, const api_track_hop *hop,
+                       const api_cache_req *cr, const api_session *sess, const char *const *tried, int ntried,
+                       char *why, size_t whylen);
 
 #endif

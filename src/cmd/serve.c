@@ -11,6 +11,7 @@
 
 #include "api/cache.h"
 #include "api/coord.h"
+#include "api/track.h"
 #include "cmd/cmd.h"
 #include "http/client.h"
 #include "http/relay.h"
@@ -43,6 +44,9 @@ typedef struct serve_opts {
     int cache_threshold_set;
     char cache_embedder_id[300];
     long session_ttl_s, session_max_tokens, session_summary_tokens;
+    track_cfg track;              /* --auto-local, --auto-cloud, --track-rule, --cloud prices */
+    const char *budgets[65];      /* --budget KEY:SPEC */
+    int nbudgets;
 } serve_opts;
 
 static void usage(FILE *f)
@@ -98,9 +102,16 @@ static void usage(FILE *f)
             "  --session-summary-max-tokens N  the longest such summary (default 256)\n"
             "  --privacy-keyword WORD    requests containing WORD are private (repeatable)\n"
             "  --privacy-regex RE        requests matching the PCRE2 pattern RE are private (repeatable)\n"
-            "  --cloud NAME=URL,models=M1|M2,key-env=VAR[,slots=N]\n"
+            "  --cloud NAME=URL,models=M1|M2,key-env=VAR[,slots=N][,price-in=X,price-out=Y]\n"
             "                            an external OpenAI-compatible backend (repeatable); private\n"
-            "                            requests never go there; its API key comes from $VAR\n"
+            "                            requests never go there; its API key comes from $VAR; prices\n"
+            "                            per million prompt / completion tokens, for budgets\n"
+            "  --auto-local MODEL        what model \"auto\" runs on the pool's own nodes\n"
+            "  --auto-cloud MODEL        what model \"auto\" runs on a --cloud backend\n"
+            "  --track-rule RULE         when auto goes to the cloud: prompt-tokens=N, max-tokens=N,\n"
+            "                            keyword=WORD; urgent-priority=N (repeatable; docs/routing.md)\n"
+            "  --budget KEY:LIMITS       cloud budget of an API key, or default: for every key, e.g.\n"
+            "                            default:rpm=60,tokens-day=2000000,cost-day=5,soft=0.8 (repeatable)\n"
             "  --cors-origin ORIGIN      a web origin (https://host[:port]) whose pages may call the API\n"
             "                            from a browser, with credentials (repeatable, or comma-separated)\n"
             "  --cors-max-age S          how long browsers may keep a preflight's answer (default 600)\n"
@@ -121,8 +132,9 @@ static int parse_double(const char *s, double lo, double hi, double *out)
     return 0;
 }
 
-/* --cloud NAME=URL,models=M1|M2,key-env=VAR[,slots=N]: registers the backend. */
-static int add_cloud(registry *reg, const char *spec, int64_t now)
+/* --cloud NAME=URL,models=M1|M2,key-env=VAR[,slots=N][,price-in=X,price-out=Y]:
+ * registers the backend and its prices. */
+static int add_cloud(registry *reg, track_cfg *track, const char *spec, int64_t now)
 {
     char *copy = strdup(spec), *save = NULL;
     char *eq = copy ? strchr(copy, '=') : NULL;
@@ -131,11 +143,14 @@ static int add_cloud(registry *reg, const char *spec, int64_t now)
     *eq = 0;
     const char *name = copy, *url = NULL, *models_s = NULL, *key_env = NULL;
     long slots = 16;
+    double price_in = 0, price_out = 0;
     for (char *kv = strtok_r(eq + 1, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
         if (!url) { url = kv; continue; }
         if (!strncmp(kv, "models=", 7)) models_s = kv + 7;
         else if (!strncmp(kv, "key-env=", 8)) key_env = kv + 8;
         else if (!strncmp(kv, "slots=", 6) && !opts_parse_int(kv + 6, 1, 10000, &slots)) {}
+        else if (!strncmp(kv, "price-in=", 9) && !parse_double(kv + 9, 0, 1e9, &price_in)) {}
+        else if (!strncmp(kv, "price-out=", 10) && !parse_double(kv + 10, 0, 1e9, &price_out)) {}
         else goto bad;
     }
     if (!*name || !url || (strncmp(url, "http://", 7) && strncmp(url, "https://", 8)) || !models_s) goto bad;
@@ -150,14 +165,56 @@ static int add_cloud(registry *reg, const char *spec, int64_t now)
     char *msave = NULL, *mcopy = strdup(models_s);
     for (char *m = strtok_r(mcopy, "|", &msave); m && n < 32; m = strtok_r(NULL, "|", &msave)) models[n++] = m;
     rc = n ? registry_add_external(reg, name, url, key, models, n, (int)slots, now) : -1;
+    char id[40];
+    snprintf(id, sizeof id, "cloud-%.33s", name);
+    if (!rc && (price_in > 0 || price_out > 0) && track_price_set(track, id, price_in, price_out)) rc = -1;
     free(mcopy);
     if (rc) fprintf(stderr, "gpupool serve: --cloud %s: cannot add it (a duplicate name, or no models)\n", name);
     free(copy);
     return rc;
 bad:
-    fprintf(stderr, "gpupool serve: --cloud wants NAME=URL,models=M1|M2[,key-env=VAR][,slots=N], not '%s'\n", spec);
+    fprintf(stderr, "gpupool serve: --cloud wants NAME=URL,models=M1|M2[,key-env=VAR][,slots=N][,price-in=X,price-out=Y], "
+                    "not '%s'\n", spec);
     free(copy);
     return -1;
+}
+
+/* --budget KEY:LIMITS, KEY an API key or "default": the key is kept only as
+ * the digest that names its owner (api/router coord_owner). */
+static budget *make_budgets(serve_opts *o)
+{
+    budget *b = budget_new();
+    for (int i = 0; b && i < o->nbudgets; i++) {
+        const char *spec = o->budgets[i], *colon = strrchr(spec, ':');
+        char err[200], owner[40] = "";
+        budget_limits l;
+        if (!colon || colon == spec) {
+            fprintf(stderr, "gpupool serve: --budget wants KEY:LIMITS or default:LIMITS, not '%s'\n", spec);
+            goto bad;
+        }
+        if (budget_limits_parse(colon + 1, &l, err, sizeof err)) {
+            fprintf(stderr, "gpupool serve: --budget: %s\n", err);
+            goto bad;
+        }
+        size_t klen = (size_t)(colon - spec);
+        if (klen != 7 || strncmp(spec, "default", 7)) {
+            int known = 0;
+            for (int k = 0; k < o->cc.nkeys; k++)
+                known |= strlen(o->cc.api_keys[k]) == klen && !strncmp(o->cc.api_keys[k], spec, klen);
+            if (!known) {
+                fprintf(stderr, "gpupool serve: --budget: '%.*s' is not a client API key (or default)\n", (int)klen, spec);
+                goto bad;
+            }
+            char digest[65];
+            sha256_hex(spec, klen, digest);
+            snprintf(owner, sizeof owner, "key-%.12s", digest);
+        }
+        if (budget_set_limits(b, owner, &l)) goto bad;
+    }
+    return b;
+bad:
+    budget_free(b);
+    return NULL;
 }
 
 static int add_key(serve_opts *o, const char *k)
@@ -233,6 +290,7 @@ static int parse(int argc, char **argv, serve_opts *o)
         {"cache-ttl-s", 1, 0, 259}, {"cache-turns", 1, 0, 260}, {"cache-max-temperature", 1, 0, 261},
         {"cache-embedder", 1, 0, 262}, {"session-max-tokens", 1, 0, 263}, {"session-ttl-s", 1, 0, 264},
         {"session-summary-model", 1, 0, 265}, {"session-summary-max-tokens", 1, 0, 266},
+        {"auto-local", 1, 0, 270}, {"auto-cloud", 1, 0, 271}, {"track-rule", 1, 0, 272}, {"budget", 1, 0, 273},
         {"help", 0, 0, 'H'}, {0, 0, 0, 0}};
     long v;
     double f;
@@ -328,6 +386,15 @@ static int parse(int argc, char **argv, serve_opts *o)
             o->cache_max_bytes = s;
             break;
         }
+        case 270: snprintf(o->track.auto_local, sizeof o->track.auto_local, "%s", optarg); break;
+        case 271: snprintf(o->track.auto_cloud, sizeof o->track.auto_cloud, "%s", optarg); break;
+        case 272:
+            if (track_rule_add(&o->track, optarg, err, sizeof err)) { fprintf(stderr, "gpupool serve: --track-rule: %s\n", err); return -1; }
+            break;
+        case 273:
+            if (o->nbudgets >= 64) { fprintf(stderr, "gpupool serve: too many --budget\n"); return -1; }
+            o->budgets[o->nbudgets++] = optarg;
+            break;
         case 'S':
             if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
                 fprintf(stderr, "gpupool serve: --stream-continue wants on or off\n");
@@ -431,6 +498,9 @@ int cmd_serve(int argc0, char **argv0)
     http_server *srv = NULL;
     detect_rules *rules = NULL;
     semcache *cache = NULL;
+    api_track *track = NULL;
+    budget *budgets = NULL;
+    track_cfg_init(&o.track);
     if (parse(argc, argv, &o)) goto done;
     o.cc.cache.ttl_ms = (int64_t)o.cache_ttl_s * 1000;
     o.cc.cache.max_bytes = (size_t)o.cache_max_bytes;
@@ -490,7 +560,20 @@ int cmd_serve(int argc0, char **argv0)
     if (!reg || !disp) { fprintf(stderr, "gpupool serve: cannot start the scheduler\n"); goto done; }
     registry_on_change(reg, (void (*)(void *))dispatcher_wake, disp);
     for (int i = 0; i < o.nclouds; i++)
-        if (add_cloud(reg, o.clouds[i], mono_ms())) goto done;
+        if (add_cloud(reg, &o.track, o.clouds[i], mono_ms())) goto done;
+    if (o.track.auto_cloud[0] && !registry_model_known(reg, o.track.auto_cloud)) {
+        fprintf(stderr, "gpupool serve: --auto-cloud %s: no --cloud backend serves it\n", o.track.auto_cloud);
+        goto done;
+    }
+    if (!(budgets = make_budgets(&o))) goto done;
+    track = api_track_new(&o.track, budgets, st);
+    if (!track) goto done;
+    budgets = NULL; /* the router owns them, and the rules' keywords */
+    o.track.nkeywords = 0;
+    if (o.track.auto_local[0] || o.track.auto_cloud[0])
+        log_info("model auto: local %s, cloud %s; %s", o.track.auto_local[0] ? o.track.auto_local : "(none)",
+                 o.track.auto_cloud[0] ? o.track.auto_cloud : "(none)",
+                 o.nbudgets ? "cloud budgets on" : "no cloud budget");
     rules = detect_rules_new(o.keywords, o.regexes, err, sizeof err);
     if (!rules) { fprintf(stderr, "gpupool serve: %s\n", err); goto done; }
 
@@ -510,7 +593,7 @@ int cmd_serve(int argc0, char **argv0)
     }
 
     coord c = {.cfg = o.cc, .st = st, .reg = reg, .disp = disp, .rules = rules, .cache = cache,
-               .started_mono = mono_ms()};
+               .track = track, .started_mono = mono_ms()};
     http_server_opts ho = {.listen = o.listen, .max_body = o.max_body, .fast = coord_fast, .handler = coord_handle,
                            .observe = coord_observe, .answer = coord_answer, .app = &c};
     srv = http_server_start(&ho, err, sizeof err);
@@ -558,6 +641,9 @@ done:
     store_close(st);
     detect_rules_free(rules);
     semcache_close(cache);
+    api_track_free(track);
+    budget_free(budgets);
+    track_cfg_free(&o.track);
     for (int i = 0; i < o.cc.nkeys; i++) free(o.cc.api_keys[i]);
     for (int i = 0; i < o.cc.nadmin; i++) free(o.cc.admin_keys[i]);
     for (int i = 0; i < o.cc.nprivate; i++) free(o.cc.private_keys[i]);

@@ -84,8 +84,16 @@ static const char SCHEMA[] =
     " created_ms INTEGER NOT NULL,"
     " cancelled_ms INTEGER NOT NULL DEFAULT 0);"
     "CREATE INDEX IF NOT EXISTS batches_created ON batches(created_ms);"
-    /* From version 5 (store/sessions.c): the tables come with SCHEMA. */
-    STORE_SESSIONS_SCHEMA;
+    /* From version 5: conversation sessions (store/sessions.c), and what
+     * each API key spent on the cloud per local day (store/spend.c). */
+    STORE_SESSIONS_SCHEMA
+    "CREATE TABLE IF NOT EXISTS cloud_spend("
+    " day TEXT NOT NULL,"
+    " owner TEXT NOT NULL,"
+    " requests INTEGER NOT NULL DEFAULT 0,"
+    " tokens INTEGER NOT NULL DEFAULT 0,"
+    " cost REAL NOT NULL DEFAULT 0,"
+    " PRIMARY KEY(day, owner)) WITHOUT ROWID;";
 
 #define TASK_COLS                                                                   \
     "SELECT id,type,model,status,node,input_json,result_json,error_code,error_message," \
@@ -108,7 +116,8 @@ static const char MIGRATE_2_3[] =
     "ALTER TABLE tasks ADD COLUMN sensitivity TEXT NOT NULL DEFAULT 'normal';"
     "ALTER TABLE tasks ADD COLUMN route_rule TEXT;";
 
-/* From version 3: batches (the table and index come with SCHEMA). */
+/* From version 3: batches (the table and index come with SCHEMA).  From
+ * version 5: sessions and cloud_spend, which come with SCHEMA alone. */
 static const char MIGRATE_3_4[] =
     "ALTER TABLE tasks ADD COLUMN batch_id TEXT;"
     "ALTER TABLE tasks ADD COLUMN batch_index INTEGER;"

@@ -185,4 +185,13 @@ int store_session_delete(store *s, const char *owner, const char *id);
 /* Removes sessions whose expiry passed; returns how many, or -1. */
 long store_session_expire(store *s, int64_t now_ms);
 
+/* ---- cloud spend (store/spend.c) ----------------------------------------
+ * What each API key sent to the cloud, per local day ("YYYY-MM-DD"), so that
+ * a restart does not reset a budget. */
+int store_spend_add(store *s, const char *day, const char *owner, int64_t requests, int64_t tokens, double cost);
+/* Calls fn for each key's row of day; returns STORE_OK or STORE_ERR. */
+int store_spend_load(store *s, const char *day,
+                     void (*fn)(void *ctx, const char *owner, int64_t requests, int64_t tokens, double cost),
+                     void *ctx);
+
 #endif
