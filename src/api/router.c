@@ -116,6 +116,12 @@ static metrics_route route_and_run(coord *c, http_req *req)
     case OP_BATCH_GET: api_batches_get(c, req, id); break;
     case OP_BATCH_RESULTS: api_batches_results(c, req, id); break;
     case OP_BATCH_CANCEL: api_batches_cancel(c, req, id); break;
+    case OP_APPS_LIST: api_apps_list(c, req, 0); break;
+    case OP_PIPELINES_LIST: api_apps_list(c, req, 1); break;
+    case OP_APP_CALL: api_app_call(c, req, id, 0); break;
+    case OP_PIPELINE_CALL: api_app_call(c, req, id, 1); break;
+    case OP_APP_RUN_GET: api_run_get(c, req, id, 0); break;
+    case OP_PIPELINE_RUN_GET: api_run_get(c, req, id, 1); break;
     }
     return rt->metric;
 }

@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 
 #include "api/coord.h"
+#include "apps/appcfg.h"
+#include "apps/runner.h"
 #include "cmd/cmd.h"
 #include "http/client.h"
 #include "http/relay.h"
@@ -36,6 +38,7 @@ typedef struct serve_opts {
     const char *clouds[17];
     int nclouds;
     int cache_on;
+    const char *apps_file; /* --apps: prompt apps and pipelines */
     int64_t cache_max_bytes;
     long cache_ttl_s;
 } serve_opts;
@@ -65,6 +68,7 @@ static void usage(FILE *f)
             "  --breaker-cooldown-ms N   first pause before probing it again; doubles (default 5000)\n"
             "  --task-timeout-ms N       longest run of one task attempt (default 600000)\n"
             "  --models-dir DIR          GGUF files that POST /v1/plan may read\n"
+            "  --apps FILE               prompt apps and pipelines (JSON; see docs/apps.md)\n"
             "  --admin-key KEY           an API key that may also drain and forget nodes (repeatable;\n"
             "                            or GPUPOOL_ADMIN_KEYS); without any key everyone may\n"
             "  --placement POLICY        gpupool (default), round-robin or least-connections\n"
@@ -220,6 +224,7 @@ static int parse(int argc, char **argv, serve_opts *o)
         {"envelope-origin", 1, 0, 'O'}, {"field-case", 1, 0, 'z'},
         {"cache", 1, 0, 256}, {"cache-threshold", 1, 0, 257}, {"cache-max-bytes", 1, 0, 258},
         {"cache-ttl-s", 1, 0, 259}, {"cache-turns", 1, 0, 260}, {"cache-max-temperature", 1, 0, 261},
+        {"apps", 1, 0, 262},
         {"help", 0, 0, 'H'}, {0, 0, 0, 0}};
     long v;
     double f;
@@ -339,6 +344,7 @@ static int parse(int argc, char **argv, serve_opts *o)
             break;
         case 'p': o->port_file = optarg; break;
         case 'M': o->cc.models_dir = optarg; break;
+        case 262: o->apps_file = optarg; break;
         case 'H': usage(stdout); exit(0);
         default: usage(stderr); return -1;
         }
@@ -400,6 +406,8 @@ int cmd_serve(int argc0, char **argv0)
     http_server *srv = NULL;
     detect_rules *rules = NULL;
     semcache *cache = NULL;
+    apps_cfg *apps = NULL;
+    app_runner *runner = NULL;
     if (parse(argc, argv, &o)) goto done;
     o.cc.cache.ttl_ms = (int64_t)o.cache_ttl_s * 1000;
     o.cc.cache.max_bytes = (size_t)o.cache_max_bytes;
@@ -468,7 +476,15 @@ int cmd_serve(int argc0, char **argv0)
                  o.cc.cache.max_temperature);
     }
 
-    coord c = {.cfg = o.cc, .st = st, .reg = reg, .disp = disp, .rules = rules, .cache = cache,
+    if (o.apps_file) {
+        apps = apps_cfg_load(o.apps_file, err, sizeof err);
+        if (!apps) { fprintf(stderr, "gpupool serve: --apps: %s\n", err); goto done; }
+    }
+    /* Always running: runs stored before a restart go on even if --apps is now gone. */
+    runner = runner_start(st, disp);
+    if (!runner) { fprintf(stderr, "gpupool serve: cannot start the app runner\n"); goto done; }
+
+    coord c = {.cfg = o.cc, .apps = apps, .runner = runner, .st = st, .reg = reg, .disp = disp, .rules = rules, .cache = cache,
                .started_mono = mono_ms()};
     http_server_opts ho = {.listen = o.listen, .max_body = o.max_body, .fast = coord_fast, .handler = coord_handle,
                            .observe = coord_observe, .answer = coord_answer, .app = &c};
@@ -503,8 +519,11 @@ int cmd_serve(int argc0, char **argv0)
 done:
     relay_abort_all();
     if (reg) registry_shutdown(reg);
+    runner_stop(runner); /* wakes app calls waiting on their runs */
     http_server_stop(srv);
     dispatcher_stop(disp);
+    runner_free(runner);
+    apps_cfg_free(apps);
     registry_free(reg);
     store_close(st);
     detect_rules_free(rules);

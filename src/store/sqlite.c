@@ -23,7 +23,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define SCHEMA_VERSION 4
+#define SCHEMA_VERSION 5
 #define BUSY_TIMEOUT_MS 5000
 
 enum { Q_QUEUED, Q_RUNNING, Q_SUCCEEDED, Q_FAILED, Q_CANCELED };
@@ -330,6 +330,11 @@ static int setup(store *s, const char *path, char *err, size_t errlen) {
     if (ver >= 1 && ver <= 3) {
         step = "upgrade the schema from version 3";
         if (sqlite3_exec(s->db, MIGRATE_3_4, NULL, NULL, NULL) != SQLITE_OK) goto fail;
+    }
+    if (ver < 5) {
+        /* From version 4: app and pipeline runs (store/runs.c). */
+        step = "create the runs tables";
+        if (sqlite3_exec(s->db, STORE_RUNS_SCHEMA, NULL, NULL, NULL) != SQLITE_OK) goto fail;
     }
     if (ver < SCHEMA_VERSION) {
         char sql[sizeof SCHEMA + 96];
