@@ -118,7 +118,7 @@ static void answer_app(http_req *req, json_t *run)
         snprintf(text, sizeof text, "%s%s", invalid ? "the model's output never satisfied the output schema: " : "",
                  msg ? msg : "the run failed");
         json_t *e = json_pack("{s:s,s:s,s:s,s:n}", "message", text, "type",
-                              invalid ? "invalid_response_error" : "server_error", "code",
+                              "server_error", "code",
                               invalid ? "output_invalid" : "stage_failed", "param");
         const json_t *raw = json_object_get(err, "raw_text");
         json_object_set(e, "raw_text", raw ? (json_t *)raw : json_null());
