@@ -25,9 +25,14 @@ static int fail(jschema_error *e, const char *path, const char *fmt, ...)
     return -1;
 }
 
+/* "path.key", cut to fit (a path that long is only ever shown). */
 static void child_path(char *out, size_t len, const char *path, const char *key)
 {
-    snprintf(out, len, "%s%s%s", path, path[0] ? "." : "", key);
+    size_t i = 0;
+    for (const char *p = path; *p && i + 1 < len; p++) out[i++] = *p;
+    if (path[0] && i + 1 < len) out[i++] = '.';
+    for (const char *p = key; *p && i + 1 < len; p++) out[i++] = *p;
+    out[i] = 0;
 }
 
 static const char *type_name(const json_t *v)
