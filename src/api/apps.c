@@ -216,7 +216,8 @@ out:
     json_decref(body);
 }
 
-void api_run_get(coord *c, http_req *req, const char *id, int pipeline)
+/* The run of that kind, or NULL with the answer given. */
+static json_t *read_run(coord *c, http_req *req, const char *id, int pipeline)
 {
     json_t *run;
     int rc = store_run_get(c->st, id, &run);
@@ -225,12 +226,36 @@ void api_run_get(coord *c, http_req *req, const char *id, int pipeline)
         json_decref(run);
         api_error(req, 404, "invalid_request_error", "run_not_found", NULL, "no %s run with id '%s'",
                   pipeline ? "pipeline" : "app", id);
+        return NULL;
+    }
+    if (rc != STORE_OK) api_server_error(req, 500, "store_error", "the run could not be read");
+    return rc == STORE_OK ? run : NULL;
+}
+
+void api_run_get(coord *c, http_req *req, const char *id, int pipeline)
+{
+    json_t *run = read_run(c, req, id, pipeline);
+    if (!run) return;
+    http_respond_json(req, 200, run_view(run));
+    json_decref(run);
+}
+
+void api_run_cancel(coord *c, http_req *req, const char *id, int pipeline)
+{
+    json_t *run = read_run(c, req, id, pipeline);
+    if (!run) return;
+    json_decref(run);
+    char task[64];
+    int rc = store_run_cancel(c->st, id, wall_ms(), task);
+    if (rc == STORE_STALE) {
+        api_error(req, 409, "invalid_request_error", "run_finished", NULL, "run '%s' has already ended", id);
         return;
     }
     if (rc != STORE_OK) {
-        api_server_error(req, 500, "store_error", "the run could not be read");
+        api_server_error(req, 500, "store_error", "the run could not be canceled");
         return;
     }
-    http_respond_json(req, 200, run_view(run));
-    json_decref(run);
+    /* The stage's task is stopped too; a task that already ended stays as it is. */
+    if (task[0] && store_task_cancel(c->st, task, wall_ms()) == STORE_OK) dispatcher_cancel_task(c->disp, task);
+    api_run_get(c, req, id, pipeline);
 }

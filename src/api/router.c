@@ -122,6 +122,8 @@ static metrics_route route_and_run(coord *c, http_req *req)
     case OP_PIPELINE_CALL: api_app_call(c, req, id, 1); break;
     case OP_APP_RUN_GET: api_run_get(c, req, id, 0); break;
     case OP_PIPELINE_RUN_GET: api_run_get(c, req, id, 1); break;
+    case OP_APP_RUN_CANCEL: api_run_cancel(c, req, id, 0); break;
+    case OP_PIPELINE_RUN_CANCEL: api_run_cancel(c, req, id, 1); break;
     }
     return rt->metric;
 }

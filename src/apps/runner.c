@@ -234,7 +234,12 @@ static void advance(app_runner *r, const char *id)
 {
     json_t *run;
     if (store_run_get(r->st, id, &run) != STORE_OK) return;
-    if (!strcmp(json_string_value(json_object_get(run, "status")), "queued")) {
+    const char *status0 = json_string_value(json_object_get(run, "status"));
+    if (final(status0)) {
+        json_decref(run);
+        return;
+    }
+    if (!strcmp(status0, "queued")) {
         json_t *f = json_pack("{s:s,s:I}", "status", "running", "started_ms", (json_int_t)wall_ms());
         store_run_set(r->st, id, f);
         json_decref(f);

@@ -209,7 +209,12 @@ static int set_cols(store *s, const char *table, const char *const *cols, const 
         used[k++] = cols[i];
     }
     if (k == 0) return STORE_OK;
-    snprintf(sql + n, sizeof sql - n, idx < 0 ? " WHERE id=?%d" : " WHERE run_id=?%d AND idx=?%d", k + 1, k + 2);
+    /* Only a run still going changes: a cancel is never overwritten by the
+     * runner finishing the step it was in. */
+    snprintf(sql + n, sizeof sql - n,
+             idx < 0 ? " WHERE id=?%d AND status IN ('queued','running')"
+                     : " WHERE run_id=?%d AND idx=?%d AND (SELECT status FROM runs WHERE id=run_id) IN ('queued','running')",
+             k + 1, k + 2);
     sqlite3 *db = store_db_lock(s);
     sqlite3_stmt *st = prep(s, db, sql);
     int rc = STORE_ERR;
@@ -241,4 +246,50 @@ int store_run_set(store *s, const char *id, const json_t *fields) { return set_c
 int store_run_stage_set(store *s, const char *id, int idx, const json_t *fields)
 {
     return set_cols(s, "run_stages", STAGE_COLS, id, idx, fields);
+}
+
+int store_run_cancel(store *s, const char *id, int64_t now_ms, char task_id[64])
+{
+    task_id[0] = 0;
+    sqlite3 *db = store_db_lock(s);
+    int rc = sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK ? STORE_OK
+                                                                                : store_db_err(s, "begin a cancel");
+    sqlite3_stmt *st = rc ? NULL : prep(s, db, "SELECT status FROM runs WHERE id=?1");
+    if (st) {
+        bt(st, 1, id);
+        int r = sqlite3_step(st);
+        const char *status = r == SQLITE_ROW ? (const char *)sqlite3_column_text(st, 0) : NULL;
+        rc = r == SQLITE_DONE ? STORE_NOT_FOUND
+             : r != SQLITE_ROW ? store_db_err(s, "read a run")
+             : strcmp(status, "queued") && strcmp(status, "running") ? STORE_STALE
+                                                                    : STORE_OK;
+        sqlite3_finalize(st);
+    } else if (!rc) {
+        rc = STORE_ERR;
+    }
+    if (rc == STORE_OK && (st = prep(s, db, "SELECT task_id FROM run_stages WHERE run_id=?1 AND status='running'"))) {
+        bt(st, 1, id);
+        if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0))
+            snprintf(task_id, 64, "%s", (const char *)sqlite3_column_text(st, 0));
+        sqlite3_finalize(st);
+    }
+    if (rc == STORE_OK && (st = prep(s, db, "UPDATE run_stages SET status='canceled', finished_ms=?2 "
+                                            "WHERE run_id=?1 AND status IN ('pending','running')"))) {
+        bt(st, 1, id);
+        sqlite3_bind_int64(st, 2, now_ms);
+        rc = step_done(s, st, "cancel run stages");
+    }
+    if (rc == STORE_OK && (st = prep(s, db, "UPDATE runs SET status='canceled', finished_ms=?2, "
+                                            "error_json='{\"code\":\"canceled\",\"message\":\"canceled by a user\"}' "
+                                            "WHERE id=?1"))) {
+        bt(st, 1, id);
+        sqlite3_bind_int64(st, 2, now_ms);
+        rc = step_done(s, st, "cancel a run");
+    }
+    if (rc == STORE_ERR || sqlite3_exec(db, rc == STORE_OK ? "COMMIT" : "ROLLBACK", NULL, NULL, NULL) != SQLITE_OK) {
+        sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+        if (rc == STORE_OK) rc = store_db_err(s, "commit a cancel");
+    }
+    store_db_unlock(s);
+    return rc;
 }

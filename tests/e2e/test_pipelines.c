@@ -5,7 +5,8 @@
  * request (--fail-first 1), so that stage is retried.  The run shows each
  * stage on the worker holding its model, its attempts and timings, and the
  * final output, built from the earlier stages' outputs.  A private input
- * makes every stage's task private. */
+ * makes every stage's task private; a run goes on after the coordinator is
+ * killed, and a cancel stops the stage that runs. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -205,6 +206,35 @@ static void run_resumes_after_a_coordinator_crash(void **state)
     json_decref(c.last);
 }
 
+static void cancel_stops_the_running_stage(void **state)
+{
+    h_pool *p = *state;
+    poll_ctx c;
+    start(p, NULL, &c);
+    assert_true(h_wait_until(safety_running, &c, 20000));
+    const char *task = json_string_value(json_object_get(stage(c.last, "safety"), "task_id"));
+    char task_path[160];
+    snprintf(task_path, sizeof task_path, "/v1/tasks/%s", task);
+    h_resp r;
+    h_request(p, "DELETE", c.path, NULL, NULL, &r);
+    assert_int_equal(r.status, 200);
+    assert_string_equal(json_string_value(json_object_get(r.json, "status")), "canceled");
+    assert_string_equal(json_string_value(json_object_get(stage(r.json, "safety"), "status")), "canceled");
+    assert_string_equal(json_string_value(json_object_get(stage(r.json, "intent"), "status")), "succeeded");
+    h_resp_free(&r);
+    h_request(p, "GET", task_path, NULL, NULL, &r);
+    assert_string_equal(json_string_value(json_object_get(r.json, "status")), "canceled");
+    h_resp_free(&r);
+    h_request(p, "DELETE", c.path, NULL, NULL, &r);
+    assert_int_equal(r.status, 409);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(r.json, "error"), "code")), "run_finished");
+    h_resp_free(&r);
+    /* Still canceled after the runner's next passes. */
+    assert_true(run_ended(&c));
+    assert_string_equal(json_string_value(json_object_get(c.last, "status")), "canceled");
+    json_decref(c.last);
+}
+
 int main(void)
 {
     h_apply_filter();
@@ -212,6 +242,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(stages_run_where_their_models_are, setup, h_pool_teardown),
         cmocka_unit_test_setup_teardown(private_input_makes_every_stage_private, setup, h_pool_teardown),
         cmocka_unit_test_setup_teardown(run_resumes_after_a_coordinator_crash, setup_slow_safety, h_pool_teardown),
+        cmocka_unit_test_setup_teardown(cancel_stops_the_running_stage, setup_slow_safety, h_pool_teardown),
     };
     return cmocka_run_group_tests_name("e2e_pipelines", tests, NULL, NULL);
 }

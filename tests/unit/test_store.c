@@ -850,6 +850,29 @@ static void test_runs_roundtrip(void **state) {
     assert_string_equal(ids[0], "run_2");
     assert_int_equal(store_run_get(f->s, "run_none", &j), STORE_NOT_FOUND);
     assert_null(j);
+
+    /* A cancel ends the run and its unfinished stages, and nothing changes it after. */
+    set = json_pack("{s:s,s:s}", "status", "running", "task_id", "task_y");
+    assert_int_equal(store_run_stage_set(f->s, "run_2", 0, set), STORE_OK);
+    json_decref(set);
+    char task[64];
+    assert_int_equal(store_run_cancel(f->s, "run_2", 9, task), STORE_OK);
+    assert_string_equal(task, "task_y");
+    assert_int_equal(store_run_cancel(f->s, "run_2", 9, task), STORE_STALE);
+    assert_int_equal(store_run_cancel(f->s, "run_none", 9, task), STORE_NOT_FOUND);
+    set = json_pack("{s:s}", "status", "succeeded");
+    assert_int_equal(store_run_set(f->s, "run_2", set), STORE_OK);
+    assert_int_equal(store_run_stage_set(f->s, "run_2", 0, set), STORE_OK);
+    json_decref(set);
+    assert_int_equal(store_run_get(f->s, "run_2", &j), STORE_OK);
+    assert_string_equal(json_string_value(json_object_get(j, "status")), "canceled");
+    assert_string_equal(json_string_value(json_object_get(json_object_get(j, "error"), "code")), "canceled");
+    st = json_object_get(j, "stages");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(st, 0), "status")), "canceled");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(st, 1), "status")), "canceled");
+    assert_int_equal(json_integer_value(json_object_get(j, "finished_ms")), 9);
+    json_decref(j);
+    assert_int_equal(store_run_active(f->s, ids, 4), 0);
 }
 
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
