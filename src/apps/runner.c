@@ -43,7 +43,9 @@ static void finish_run(app_runner *r, const char *id, const char *status, json_t
     json_t *f = json_pack("{s:s,s:I}", "status", status, "finished_ms", (json_int_t)wall_ms());
     if (output) json_object_set_new(f, "output", output);
     if (error) json_object_set_new(f, "error", error);
-    if (store_run_set(r->st, id, f)) log_error("run %s: cannot record its end: %s", id, store_errmsg(r->st));
+    /* STORE_STALE: it was cancelled meanwhile, and stays so. */
+    if (store_run_set(r->st, id, f) == STORE_ERR)
+        log_error("run %s: cannot record its end: %s", id, store_errmsg(r->st));
     json_decref(f);
     ended(r);
 }
@@ -69,6 +71,15 @@ static int submit(app_runner *r, const json_t *run, const json_t *def, json_t *r
     free(text);
     if (rc == STORE_OK) dispatcher_task_queued(r->disp);
     return rc == STORE_OK ? 0 : -1;
+}
+
+/* Records a stage's new try; when the run ended meanwhile (a cancel), the
+ * task just submitted for it is cancelled rather than left to run. */
+static void record_try(app_runner *r, const char *id, size_t idx, const json_t *f, const char *task)
+{
+    if (store_run_stage_set(r->st, id, (int)idx, f) == STORE_STALE &&
+        store_task_cancel(r->st, task, wall_ms()) == STORE_OK)
+        dispatcher_cancel_task(r->disp, task);
 }
 
 /* The "stages" object the templates see, from the stages before idx. */
@@ -136,7 +147,7 @@ static int start_stage(app_runner *r, const char *id, const json_t *run, size_t 
     }
     json_t *f = json_pack("{s:s,s:s,s:i,s:o,s:I}", "status", "running", "task_id", task, "tries", 1, "request", req,
                           "started_ms", (json_int_t)now);
-    store_run_stage_set(r->st, id, (int)idx, f);
+    record_try(r, id, idx, f, task);
     json_decref(f);
     rc = 0;
 out:
@@ -208,7 +219,7 @@ static int check_stage(app_runner *r, const char *id, const json_t *run, size_t 
             json_object_set_new(f, "tries", json_integer(json_integer_value(json_object_get(stage, "tries")) + 1));
             json_object_set_new(f, "request", req);
             json_object_set_new(f, "error", json_pack("{s:s,s:s}", "code", "output_invalid", "message", why));
-            store_run_stage_set(r->st, id, (int)idx, f);
+            record_try(r, id, idx, f, task);
         } else {
             json_decref(req);
         }

@@ -236,6 +236,7 @@ static int set_cols(store *s, const char *table, const char *const *cols, const 
         bt(st, k + 1, id);
         if (idx >= 0) sqlite3_bind_int(st, k + 2, idx);
         rc = step_done(s, st, "update a run");
+        if (rc == STORE_OK && sqlite3_changes(db) == 0) rc = STORE_STALE;
     }
     store_db_unlock(s);
     return rc;

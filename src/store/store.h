@@ -181,7 +181,8 @@ int store_run_active(store *s, char (*ids)[64], int max);
  * node, attempts); others are left alone. */
 int store_run_set(store *s, const char *id, const json_t *fields);
 int store_run_stage_set(store *s, const char *id, int idx, const json_t *fields);
-/* (Both change nothing once the run has ended.)  Cancels a queued or running
+/* Both change nothing once the run has ended, and then return STORE_STALE.
+ * Cancels a queued or running
  * run and its unfinished stages in one transaction; task_id gets the running
  * stage's task ("" when none), whose call is the caller's to stop.
  * STORE_STALE when the run had already ended. */
