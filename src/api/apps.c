@@ -85,16 +85,17 @@ static int check_models(coord *c, http_req *req, const json_t *def, const classi
     const json_t *s;
     json_array_foreach(json_object_get(def, "stages"), i, s) {
         const char *m = json_string_value(json_object_get(s, "model"));
+        const char *what = strcmp(json_string_value(json_object_get(def, "kind")), "app") ? "stage" : "app";
         if (!registry_model_known(c->reg, m)) {
             api_error(req, 404, "invalid_request_error", "model_not_found", NULL,
-                      "stage '%s' uses the model '%s', which no node in the pool serves",
+                      "%s '%s' uses the model '%s', which no node in the pool serves", what,
                       json_string_value(json_object_get(s, "name")), m);
             return -1;
         }
         if (cls->is_private && !registry_model_trusted(c->reg, m)) {
             api_server_error(req, 503, "no_trusted_capacity",
-                             "the input is private (%s) and no trusted node serves '%s' (stage '%s'); it was not accepted",
-                             cls->rule, m, json_string_value(json_object_get(s, "name")));
+                             "the input is private (%s) and no trusted node serves '%s' (%s '%s'); it was not accepted",
+                             cls->rule, m, what, json_string_value(json_object_get(s, "name")));
             return -1;
         }
     }
