@@ -43,6 +43,8 @@ typedef struct coord {
     const struct detect_rules *rules; /* sensitive-data detectors (policy/detect) */
     semcache *cache;                  /* the semantic cache (api/cache); NULL when off */
     struct api_track *track;          /* the two-track router's rules and budgets (api/track) */
+    const struct apps_cfg *apps;      /* --apps: prompt apps and pipelines (apps/appcfg); NULL = none */
+    struct app_runner *runner;        /* moves their runs on (apps/runner) */
     int64_t started_mono;
 } coord;
 
@@ -75,6 +77,14 @@ void api_batches_get(coord *c, http_req *req, const char *id);
 void api_batches_list(coord *c, http_req *req);
 void api_batches_results(coord *c, http_req *req, const char *id);
 void api_batches_cancel(coord *c, http_req *req, const char *id);
+/* api/apps.c: GET /v1/apps and /v1/pipelines, POST /v1/apps/{name} and
+ * /v1/pipelines/{name}, GET and DELETE /v1/apps/runs/{id} and
+ * /v1/pipelines/runs/{id}. */
+void api_apps_list(coord *c, http_req *req, int pipelines);
+void api_app_call(coord *c, http_req *req, const char *name, int pipeline);
+void api_run_get(coord *c, http_req *req, const char *id, int pipeline);
+/* DELETE /v1/apps/runs/{id}, /v1/pipelines/runs/{id}. */
+void api_run_cancel(coord *c, http_req *req, const char *id, int pipeline);
 void api_nodes(coord *c, http_req *req);
 /* POST /v1/nodes/{id}/drain, /undrain; DELETE /v1/nodes/{id} (admin). */
 void api_node_admin(coord *c, http_req *req, const char *id, const char *verb);

@@ -13,7 +13,9 @@ static const api_error_code CODES[] = {
     {"idempotency_key_reused", 409}, {"task_finished", 409}, {"batch_finished", 409}, {"node_live", 409}, {"body_too_large", 413},
     {"queue_full", 429}, {"budget_exceeded", 429}, {"store_error", 500}, {"no_node_answered", 502}, {"no_capacity", 503},
     {"insufficient_vram", 503}, {"store_unavailable", 503}, {"no_trusted_capacity", 503},
-    {"upstream_interrupted", 0},
+    {"app_not_found", 404}, {"pipeline_not_found", 404}, {"run_not_found", 404}, {"run_finished", 409},
+    {"output_invalid", 422},
+    {"stage_failed", 502}, {"upstream_interrupted", 0},
 };
 
 const api_error_code *api_error_codes(size_t *n)

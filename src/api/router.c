@@ -120,6 +120,14 @@ static metrics_route route_and_run(coord *c, http_req *req)
     case OP_SESSION_GET: api_sessions_get(c, req, id); break;
     case OP_SESSION_DELETE: api_sessions_delete(c, req, id); break;
     case OP_BUDGET: api_budget_get(c, req); break;
+    case OP_APPS_LIST: api_apps_list(c, req, 0); break;
+    case OP_PIPELINES_LIST: api_apps_list(c, req, 1); break;
+    case OP_APP_CALL: api_app_call(c, req, id, 0); break;
+    case OP_PIPELINE_CALL: api_app_call(c, req, id, 1); break;
+    case OP_APP_RUN_GET: api_run_get(c, req, id, 0); break;
+    case OP_PIPELINE_RUN_GET: api_run_get(c, req, id, 1); break;
+    case OP_APP_RUN_CANCEL: api_run_cancel(c, req, id, 0); break;
+    case OP_PIPELINE_RUN_CANCEL: api_run_cancel(c, req, id, 1); break;
     }
     return rt->metric;
 }

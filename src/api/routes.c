@@ -33,6 +33,14 @@ static const api_route ROUTES[] = {
     {"POST", "/v1/plan", OP_PLAN, AUTH_CLIENT, ROUTE_PLAN, 0},
     {"DELETE", "/v1/cache", OP_CACHE_INVALIDATE, AUTH_ADMIN, ROUTE_CACHE, 0},
     {"GET", "/v1/budget", OP_BUDGET, AUTH_CLIENT, ROUTE_BUDGET, 0},
+    {"GET", "/v1/apps", OP_APPS_LIST, AUTH_CLIENT, ROUTE_APPS, 0},
+    {"POST", "/v1/apps/{name}", OP_APP_CALL, AUTH_CLIENT, ROUTE_APPS, 0},
+    {"GET", "/v1/apps/runs/{id}", OP_APP_RUN_GET, AUTH_CLIENT, ROUTE_APPS, 0},
+    {"DELETE", "/v1/apps/runs/{id}", OP_APP_RUN_CANCEL, AUTH_CLIENT, ROUTE_APPS, 0},
+    {"GET", "/v1/pipelines", OP_PIPELINES_LIST, AUTH_CLIENT, ROUTE_APPS, 0},
+    {"POST", "/v1/pipelines/{name}", OP_PIPELINE_CALL, AUTH_CLIENT, ROUTE_APPS, 0},
+    {"GET", "/v1/pipelines/runs/{id}", OP_PIPELINE_RUN_GET, AUTH_CLIENT, ROUTE_APPS, 0},
+    {"DELETE", "/v1/pipelines/runs/{id}", OP_PIPELINE_RUN_CANCEL, AUTH_CLIENT, ROUTE_APPS, 0},
 };
 #define NROUTES (sizeof ROUTES / sizeof ROUTES[0])
 

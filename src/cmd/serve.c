@@ -12,6 +12,8 @@
 #include "api/cache.h"
 #include "api/coord.h"
 #include "api/track.h"
+#include "apps/appcfg.h"
+#include "apps/runner.h"
 #include "cmd/cmd.h"
 #include "http/client.h"
 #include "http/relay.h"
@@ -39,6 +41,7 @@ typedef struct serve_opts {
     const char *clouds[17];
     int nclouds;
     int cache_on;
+    const char *apps_file; /* --apps: prompt apps and pipelines */
     int64_t cache_max_bytes;
     long cache_ttl_s;
     int cache_threshold_set;
@@ -74,6 +77,7 @@ static void usage(FILE *f)
             "  --breaker-cooldown-ms N   first pause before probing it again; doubles (default 5000)\n"
             "  --task-timeout-ms N       longest run of one task attempt (default 600000)\n"
             "  --models-dir DIR          GGUF files that POST /v1/plan may read\n"
+            "  --apps FILE               prompt apps and pipelines (JSON; see docs/apps.md)\n"
             "  --admin-key KEY           an API key that may also drain and forget nodes (repeatable;\n"
             "                            or GPUPOOL_ADMIN_KEYS); without any key everyone may\n"
             "  --placement POLICY        gpupool (default), round-robin or least-connections\n"
@@ -291,6 +295,7 @@ static int parse(int argc, char **argv, serve_opts *o)
         {"cache-embedder", 1, 0, 262}, {"session-max-tokens", 1, 0, 263}, {"session-ttl-s", 1, 0, 264},
         {"session-summary-model", 1, 0, 265}, {"session-summary-max-tokens", 1, 0, 266},
         {"auto-local", 1, 0, 270}, {"auto-cloud", 1, 0, 271}, {"track-rule", 1, 0, 272}, {"budget", 1, 0, 273},
+        {"apps", 1, 0, 280},
         {"help", 0, 0, 'H'}, {0, 0, 0, 0}};
     long v;
     double f;
@@ -434,6 +439,7 @@ static int parse(int argc, char **argv, serve_opts *o)
             break;
         case 'p': o->port_file = optarg; break;
         case 'M': o->cc.models_dir = optarg; break;
+        case 280: o->apps_file = optarg; break;
         case 'H': usage(stdout); exit(0);
         default: usage(stderr); return -1;
         }
@@ -501,6 +507,8 @@ int cmd_serve(int argc0, char **argv0)
     api_track *track = NULL;
     budget *budgets = NULL;
     track_cfg_init(&o.track);
+    apps_cfg *apps = NULL;
+    app_runner *runner = NULL;
     if (parse(argc, argv, &o)) goto done;
     o.cc.cache.ttl_ms = (int64_t)o.cache_ttl_s * 1000;
     o.cc.cache.max_bytes = (size_t)o.cache_max_bytes;
@@ -592,8 +600,16 @@ int cmd_serve(int argc0, char **argv0)
                  o.cc.cache.max_temperature);
     }
 
+    if (o.apps_file) {
+        apps = apps_cfg_load(o.apps_file, err, sizeof err);
+        if (!apps) { fprintf(stderr, "gpupool serve: --apps: %s\n", err); goto done; }
+    }
+    /* Always running: runs stored before a restart go on even if --apps is now gone. */
+    runner = runner_start(st, disp);
+    if (!runner) { fprintf(stderr, "gpupool serve: cannot start the app runner\n"); goto done; }
+
     coord c = {.cfg = o.cc, .st = st, .reg = reg, .disp = disp, .rules = rules, .cache = cache,
-               .track = track, .started_mono = mono_ms()};
+               .track = track, .apps = apps, .runner = runner, .started_mono = mono_ms()};
     http_server_opts ho = {.listen = o.listen, .max_body = o.max_body, .fast = coord_fast, .handler = coord_handle,
                            .observe = coord_observe, .answer = coord_answer, .app = &c};
     srv = http_server_start(&ho, err, sizeof err);
@@ -635,8 +651,11 @@ int cmd_serve(int argc0, char **argv0)
 done:
     relay_abort_all();
     if (reg) registry_shutdown(reg);
+    runner_stop(runner); /* wakes app calls waiting on their runs */
     http_server_stop(srv);
     dispatcher_stop(disp);
+    runner_free(runner);
+    apps_cfg_free(apps);
     registry_free(reg);
     store_close(st);
     detect_rules_free(rules);

@@ -342,6 +342,11 @@ static int setup(store *s, const char *path, char *err, size_t errlen) {
         step = "upgrade the schema from version 3";
         if (sqlite3_exec(s->db, MIGRATE_3_4, NULL, NULL, NULL) != SQLITE_OK) goto fail;
     }
+    if (ver < 5) {
+        /* From version 4: app and pipeline runs (store/runs.c). */
+        step = "create the runs tables";
+        if (sqlite3_exec(s->db, STORE_RUNS_SCHEMA, NULL, NULL, NULL) != SQLITE_OK) goto fail;
+    }
     if (ver < SCHEMA_VERSION) {
         char sql[sizeof SCHEMA + 96];
         snprintf(sql, sizeof sql, "BEGIN IMMEDIATE; %s PRAGMA user_version=%d; COMMIT;", SCHEMA,

@@ -49,4 +49,7 @@ void store_bind_task(sqlite3_stmt *st, const task_new *t, const char *batch_id, 
 json_t *store_json_str(const char *v);
 json_t *store_json_ms(int64_t v);
 
+/* The runs tables (store/runs.c), created by schema version 5. */
+extern const char STORE_RUNS_SCHEMA[];
+
 #endif

@@ -194,4 +194,43 @@ int store_spend_load(store *s, const char *day,
                      void (*fn)(void *ctx, const char *owner, int64_t requests, int64_t tokens, double cost),
                      void *ctx);
 
+/* ---- app and pipeline runs (store/runs.c) --------------------------------
+ * A run of an app or pipeline: its definition as it was when the run began
+ * (so a resumed run does not change under a new config), its input, and one
+ * row per stage.  Each try of a stage is an ordinary task; the stage row
+ * names the current one.  Run states are the task states; a stage is
+ * pending, running, succeeded, failed, skipped or canceled. */
+typedef struct run_new {
+    const char *id;          /* "run_..." */
+    const char *kind;        /* app | pipeline */
+    const char *name;
+    const char *def_json;    /* the normalised definition (apps/appcfg) */
+    const char *input_json;
+    const char *sensitivity; /* carried to every stage's tasks */
+    const char *route_rule;
+    const char *owner;
+    int priority;
+    int64_t created_ms;
+    const char *const *stage_names, *const *stage_models;
+    int n_stages;
+} run_new;
+int store_run_insert(store *s, const run_new *r);
+/* The run as JSON: its columns (def, input, output, error parsed) and
+ * "stages", each {index, name, model, status, task_id, tries, request,
+ * output, raw_text, error, node, attempts, started_ms, finished_ms}.
+ * STORE_NOT_FOUND for an unknown id. */
+int store_run_get(store *s, const char *id, json_t **out);
+/* Ids of queued and running runs, oldest first; how many, or -1. */
+int store_run_active(store *s, char (*ids)[64], int max);
+/* Sets the fields given (by their JSON names: status, output, error,
+ * started_ms, finished_ms; a stage also task_id, tries, request, raw_text,
+ * node, attempts); others are left alone. */
+int store_run_set(store *s, const char *id, const json_t *fields);
+int store_run_stage_set(store *s, const char *id, int idx, const json_t *fields);
+/* Both change nothing once the run has ended, and then return STORE_STALE.
+ * Cancels a queued or running
+ * run and its unfinished stages in one transaction; task_id gets the running
+ * stage's task ("" when none), whose call is the caller's to stop.
+ * STORE_STALE when the run had already ended. */
+int store_run_cancel(store *s, const char *id, int64_t now_ms, char task_id[64]);
 #endif
