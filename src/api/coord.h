@@ -39,6 +39,7 @@ typedef struct coord {
     dispatcher *disp;
     const struct detect_rules *rules; /* sensitive-data detectors (policy/detect) */
     semcache *cache;                  /* the semantic cache (api/cache); NULL when off */
+    struct rollout_table *rollouts;   /* api/rollout_table; NULL: no rollouts */
     int64_t started_mono;
 } coord;
 
@@ -71,6 +72,18 @@ void api_batches_get(coord *c, http_req *req, const char *id);
 void api_batches_list(coord *c, http_req *req);
 void api_batches_results(coord *c, http_req *req, const char *id);
 void api_batches_cancel(coord *c, http_req *req, const char *id);
+/* api/rollouts.c: POST /v1/rollouts, GET /v1/rollouts[/{name}], POST
+ * /v1/rollouts/{name}/{advance,pause,resume,abort} (verb), and the
+ * rewrite of a request naming a rollout (on the fast path, before any
+ * handler), its outcome (from coord_observe), and an async task's model
+ * (returns 1 and writes the version's model to out when model is a rollout). */
+void api_rollouts_create(coord *c, http_req *req);
+void api_rollouts_list(coord *c, http_req *req);
+void api_rollouts_get(coord *c, http_req *req, const char *name);
+void api_rollouts_act(coord *c, http_req *req, const char *name, const char *verb);
+void api_rollout_route(coord *c, http_req *req);
+void api_rollout_observe(coord *c, http_req *req, int status, int64_t dur_us);
+int api_rollout_task_model(coord *c, http_req *req, const char *model, json_t *input, char *out, size_t outlen);
 void api_nodes(coord *c, http_req *req);
 /* POST /v1/nodes/{id}/drain, /undrain; DELETE /v1/nodes/{id} (admin). */
 void api_node_admin(coord *c, http_req *req, const char *id, const char *verb);

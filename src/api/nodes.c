@@ -7,6 +7,7 @@
 #include "api/coord.h"
 #include "api/errors.h"
 #include "api/metrics.h"
+#include "api/rollout_table.h"
 #include "util/buf.h"
 #include "util/clock.h"
 
@@ -91,6 +92,7 @@ void api_metrics(coord *c, http_req *req)
     metrics_header(&out, "gpupool_uptime_seconds", "gauge", "Seconds since the coordinator started.");
     buf_printf(&out, "gpupool_uptime_seconds %lld\n", (long long)((mono_ms() - c->started_mono) / 1000));
     api_cache_metrics(c, &out);
+    rollout_table_metrics(c->rollouts, &out);
     http_respond(req, 200, "text/plain; version=0.0.4; charset=utf-8", out.data, out.len);
     buf_free(&out);
 }

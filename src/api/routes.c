@@ -30,6 +30,13 @@ static const api_route ROUTES[] = {
     {"DELETE", "/v1/nodes/{id}", OP_NODE_FORGET, AUTH_ADMIN, ROUTE_NODES, 0},
     {"POST", "/v1/plan", OP_PLAN, AUTH_CLIENT, ROUTE_PLAN, 0},
     {"DELETE", "/v1/cache", OP_CACHE_INVALIDATE, AUTH_ADMIN, ROUTE_CACHE, 0},
+    {"POST", "/v1/rollouts", OP_ROLLOUTS_CREATE, AUTH_ADMIN, ROUTE_ROLLOUTS, 0},
+    {"GET", "/v1/rollouts", OP_ROLLOUTS_LIST, AUTH_CLIENT, ROUTE_ROLLOUTS, 0},
+    {"GET", "/v1/rollouts/{name}", OP_ROLLOUT_GET, AUTH_CLIENT, ROUTE_ROLLOUTS, 0},
+    {"POST", "/v1/rollouts/{name}/advance", OP_ROLLOUT_ADVANCE, AUTH_ADMIN, ROUTE_ROLLOUTS, 0},
+    {"POST", "/v1/rollouts/{name}/pause", OP_ROLLOUT_PAUSE, AUTH_ADMIN, ROUTE_ROLLOUTS, 0},
+    {"POST", "/v1/rollouts/{name}/resume", OP_ROLLOUT_RESUME, AUTH_ADMIN, ROUTE_ROLLOUTS, 0},
+    {"POST", "/v1/rollouts/{name}/abort", OP_ROLLOUT_ABORT, AUTH_ADMIN, ROUTE_ROLLOUTS, 0},
 };
 #define NROUTES (sizeof ROUTES / sizeof ROUTES[0])
 

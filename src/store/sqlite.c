@@ -23,11 +23,18 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define SCHEMA_VERSION 4
+#define SCHEMA_VERSION 5
 #define BUSY_TIMEOUT_MS 5000
 
 enum { Q_QUEUED, Q_RUNNING, Q_SUCCEEDED, Q_FAILED, Q_CANCELED };
 static const char *const STATUS[5] = {"queued", "running", "succeeded", "failed", "canceled"};
+
+/* store/rollouts.c: a rollout is its API view, kept whole. */
+#define ROLLOUTS_TABLE                        \
+    "CREATE TABLE IF NOT EXISTS rollouts("    \
+    " name TEXT PRIMARY KEY NOT NULL,"        \
+    " rollout_json TEXT NOT NULL,"            \
+    " updated_ms INTEGER NOT NULL);"
 
 static const char SCHEMA[] =
     "CREATE TABLE IF NOT EXISTS tasks("
@@ -83,7 +90,8 @@ static const char SCHEMA[] =
     " owner TEXT NOT NULL DEFAULT '',"
     " created_ms INTEGER NOT NULL,"
     " cancelled_ms INTEGER NOT NULL DEFAULT 0);"
-    "CREATE INDEX IF NOT EXISTS batches_created ON batches(created_ms);";
+    "CREATE INDEX IF NOT EXISTS batches_created ON batches(created_ms);"
+    ROLLOUTS_TABLE;
 
 #define TASK_COLS                                                                   \
     "SELECT id,type,model,status,node,input_json,result_json,error_code,error_message," \
@@ -111,6 +119,8 @@ static const char MIGRATE_3_4[] =
     "ALTER TABLE tasks ADD COLUMN batch_id TEXT;"
     "ALTER TABLE tasks ADD COLUMN batch_index INTEGER;"
     "ALTER TABLE tasks ADD COLUMN custom_id TEXT;";
+/* From version 4: rollouts, a table of their own. */
+static const char MIGRATE_4_5[] = ROLLOUTS_TABLE;
 
 static const char *const SQL[ST_N] = {
     [ST_BEGIN] = "BEGIN IMMEDIATE",
@@ -331,6 +341,8 @@ static int setup(store *s, const char *path, char *err, size_t errlen) {
         step = "upgrade the schema from version 3";
         if (sqlite3_exec(s->db, MIGRATE_3_4, NULL, NULL, NULL) != SQLITE_OK) goto fail;
     }
+    step = "upgrade the schema from version 4";
+    if (ver >= 1 && ver <= 4 && sqlite3_exec(s->db, MIGRATE_4_5, NULL, NULL, NULL) != SQLITE_OK) goto fail;
     if (ver < SCHEMA_VERSION) {
         char sql[sizeof SCHEMA + 96];
         snprintf(sql, sizeof sql, "BEGIN IMMEDIATE; %s PRAGMA user_version=%d; COMMIT;", SCHEMA,

@@ -148,4 +148,11 @@ json_t *store_batch_items(store *s, const char *id);
  * already cancelled or every item had finished. */
 int store_batch_cancel(store *s, const char *id, int64_t now_ms, json_t **running);
 
+/* ---- rollouts (store/rollouts.c) ----------------------------------------
+ * A rollout is kept whole as its JSON view (sched/rollout), one row per name:
+ * a new rollout under a finished one's name replaces it. */
+int store_rollout_put(store *s, const char *name, const char *rollout_json, int64_t updated_ms);
+/* Every stored rollout's JSON, oldest first; NULL on a database error. */
+json_t *store_rollout_all(store *s);
+
 #endif
