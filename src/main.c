@@ -17,6 +17,7 @@ static const struct {
     {"drain", cmd_drain, "stop sending a node new work (running work finishes)"},
     {"undrain", cmd_undrain, "let a drained node take work again"},
     {"forget", cmd_forget, "remove a node from the pool"},
+    {"rollout", cmd_rollout, "move traffic from one model to another in steps, with automatic rollback"},
 };
 
 static void usage(FILE *f)
