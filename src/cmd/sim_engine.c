@@ -22,7 +22,9 @@
 #include "http/server.h"
 #include "sim/simcore.h"
 #include "sim/simload.h"
+#include "sim/simreply.h"
 #include "sim/simserver.h"
+#include "util/buf.h"
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/opts.h"
@@ -48,6 +50,11 @@ static void usage(FILE *f)
             "  --error-rate F            fraction of requests answered 500 (default 0)\n"
             "  --hang-rate F             fraction never answered at all (default 0)\n"
             "  --drop-rate F             fraction of streams cut off half-way (default 0)\n"
+            "  --fail-first N            answer the first N chat/completion requests 500 (default 0)\n"
+            "  --reply-map FILE          canned answers: a JSON array of {\"match\": SUBSTRING,\n"
+            "                            \"reply\": TEXT}; the first entry whose match is in the last\n"
+            "                            user message (or the prompt) answers exactly TEXT; \"*\"\n"
+            "                            matches anything; others get the generated text\n"
             "  --single-model            answer whatever model a request names with the first model,\n"
             "                            as llama-server does\n"
             "\n"
@@ -92,7 +99,7 @@ static void announce(const sim_config *c, const char *listen, int port)
 
 enum {
     O_LISTEN = 1000, O_PORT_FILE, O_HELP, O_CONFIG, O_FLAG, O_MODEL, O_LLAMA, O_FA, O_HOST, O_PORT, O_IGNORE,
-    O_IGNORE_VALUE
+    O_IGNORE_VALUE, O_REPLY_MAP
 };
 
 /* llama-server's spellings map to one name each for sim_llama_set. */
@@ -121,7 +128,7 @@ static int ends_with_gguf(const char *s)
 typedef struct sim_opts {
     sim_config cfg;
     sim_llama llama;
-    const char *listen, *port_file, *host, *port;
+    const char *listen, *port_file, *host, *port, *reply_map;
     int slots_given, load_given;
 } sim_opts;
 
@@ -141,6 +148,8 @@ static int parse(int argc, char **argv, sim_opts *o)
         {"error-rate", required_argument, NULL, O_CONFIG},
         {"hang-rate", required_argument, NULL, O_CONFIG},
         {"drop-rate", required_argument, NULL, O_CONFIG},
+        {"fail-first", required_argument, NULL, O_CONFIG},
+        {"reply-map", required_argument, NULL, O_REPLY_MAP},
         {"single-model", no_argument, NULL, O_FLAG},
         /* llama-server's, to sim_llama_set. */
         {"m", required_argument, NULL, O_LLAMA}, {"a", required_argument, NULL, O_LLAMA},
@@ -178,6 +187,7 @@ static int parse(int argc, char **argv, sim_opts *o)
         switch (c) {
         case O_LISTEN: o->listen = optarg; break;
         case O_PORT_FILE: o->port_file = optarg; break;
+        case O_REPLY_MAP: o->reply_map = optarg; break;
         case O_HELP: usage(stdout); return 1;
         case O_HOST: o->host = optarg; break;
         case O_PORT: o->port = optarg; break;
@@ -281,6 +291,32 @@ static int open_model(sim_opts *o, sim_llama_sizes *sz, uint64_t *file_bytes)
     return 0;
 }
 
+/* Reads --reply-map's file into `out` and points the config at it. */
+static int load_reply_map(sim_opts *o, sim_replies *out)
+{
+    FILE *f = fopen(o->reply_map, "rb");
+    if (!f) {
+        fprintf(stderr, "sim-engine: --reply-map: cannot open %s: %s\n", o->reply_map, strerror(errno));
+        return -1;
+    }
+    buf text = {0};
+    char chunk[8192];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) buf_append(&text, chunk, n);
+    int bad = ferror(f);
+    fclose(f);
+    char err[512];
+    int rc = bad ? -1 : sim_replies_parse(text.data ? text.data : "", text.len, out, err, sizeof err);
+    buf_free(&text);
+    if (rc) {
+        if (bad) snprintf(err, sizeof err, "--reply-map: cannot read %s", o->reply_map);
+        fprintf(stderr, "sim-engine: %s\n", err);
+        return -1;
+    }
+    o->cfg.replies = out;
+    return 0;
+}
+
 /* Sleeps out the load, unless a stop signal comes first (then 1). */
 static int wait_load(const sigset_t *sigs, int64_t ms)
 {
@@ -298,24 +334,12 @@ static int wait_load(const sigset_t *sigs, int64_t ms)
     }
 }
 
-int cmd_sim_engine(int argc, char **argv)
+/* Serves until a stop signal; the process's exit status. */
+static int serve(const sim_opts *op, const char *listen, const sim_llama_sizes *szp, uint64_t file_bytes)
 {
-    log_set_component("sim-engine");
-    sim_opts o = {0};
-    sim_config_defaults(&o.cfg);
-    sim_llama_defaults(&o.llama);
-    int p = parse(argc, argv, &o);
-    if (p) return p > 0 ? 0 : 2;
-    char listen[160], err[512];
-    if (listen_address(&o, listen, sizeof listen)) return 2;
-    sim_llama_sizes sz;
-    uint64_t file_bytes = 0;
-    if (o.llama.path[0] && open_model(&o, &sz, &file_bytes)) return 1;
-    if (!o.llama.path[0] && o.load_given) o.cfg.loading = 1; /* a load with nothing to size */
-    if (sim_config_finish(&o.cfg, err, sizeof err)) {
-        fprintf(stderr, "sim-engine: %s\n", err);
-        return 2;
-    }
+    const sim_opts o = *op;
+    const sim_llama_sizes sz = *szp;
+    char err[512];
 
     /* Blocked before any server thread exists, so that every thread inherits
      * the mask and the signals reach only sigwait below. */
@@ -359,4 +383,29 @@ int cmd_sim_engine(int argc, char **argv)
     log_info("signal %d: stopping", sig);
     sim_server_stop(srv);
     return 0;
+}
+
+int cmd_sim_engine(int argc, char **argv)
+{
+    log_set_component("sim-engine");
+    sim_opts o = {0};
+    sim_config_defaults(&o.cfg);
+    sim_llama_defaults(&o.llama);
+    int p = parse(argc, argv, &o);
+    if (p) return p > 0 ? 0 : 2;
+    char listen[160], err[512];
+    if (listen_address(&o, listen, sizeof listen)) return 2;
+    sim_llama_sizes sz = {0};
+    uint64_t file_bytes = 0;
+    if (o.llama.path[0] && open_model(&o, &sz, &file_bytes)) return 1;
+    if (!o.llama.path[0] && o.load_given) o.cfg.loading = 1; /* a load with nothing to size */
+    if (sim_config_finish(&o.cfg, err, sizeof err)) {
+        fprintf(stderr, "sim-engine: %s\n", err);
+        return 2;
+    }
+    sim_replies replies = {0};
+    if (o.reply_map && load_reply_map(&o, &replies)) return 2;
+    int rc = serve(&o, listen, &sz, file_bytes);
+    sim_replies_free(&replies);
+    return rc;
 }

@@ -166,6 +166,14 @@ int sim_config_set(sim_config *c, const char *opt, const char *val, char *err, s
         c->max_tokens_default = (int)ll;
         return 0;
     }
+    if (!strcmp(opt, "fail-first")) {
+        if (parse_ll(val, 0, 1000000000, &ll)) {
+            snprintf(err, errlen, "--fail-first: '%s' is not a whole number of requests in [0, 1000000000]", val);
+            return -1;
+        }
+        c->fail_first = (int)ll;
+        return 0;
+    }
     double *rate = !strcmp(opt, "error-rate") ? &c->error_rate
                    : !strcmp(opt, "hang-rate") ? &c->hang_rate
                    : !strcmp(opt, "drop-rate") ? &c->drop_rate
@@ -285,6 +293,8 @@ void sim_embed(uint64_t seed, const char *text, size_t len, float out[SIM_EMBED_
 }
 
 /* ---- faults ---- */
+
+int sim_fails_first(const sim_config *c, uint64_t text_seq) { return text_seq < (uint64_t)c->fail_first; }
 
 sim_fault sim_fault_draw(const sim_config *c, uint64_t seq, int streaming)
 {

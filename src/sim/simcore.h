@@ -38,6 +38,8 @@ typedef struct sim_config {
     int single_model; /* answer any model name with the first model, as llama-server does */
     int loading;      /* start "loading a model": every endpoint answers 503 until
                        * sim_server_loaded(), as llama-server does while it loads */
+    int fail_first;   /* the first N chat/completion requests answer 500 */
+    const struct sim_replies *replies; /* --reply-map, owned by the caller; NULL: none */
 } sim_config;
 
 /* The documented defaults, with no models yet: sim_config_finish adds the
@@ -86,6 +88,9 @@ typedef enum sim_fault { SIM_FAULT_NONE, SIM_FAULT_ERROR, SIM_FAULT_HANG, SIM_FA
  * uniform draw per request is split error | hang | drop | none, so each rate
  * holds on its own; a drop only applies to streams, others then succeed. */
 sim_fault sim_fault_draw(const sim_config *c, uint64_t seq, int streaming);
+/* --fail-first: whether the text_seq-th chat/completion request (0-based,
+ * embeddings not counted) is answered 500 whatever the rates say. */
+int sim_fails_first(const sim_config *c, uint64_t text_seq);
 
 /* ---- pacing: all offsets are from the moment the request got its slot ---- */
 /* When token i (0-based) may go out, in microseconds. */

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "http/server.h"
+#include "sim/simreply.h"
 #include "sim/simwire.h"
 #include "util/buf.h"
 #include "util/clock.h"
@@ -22,6 +23,7 @@ struct sim_server {
     int64_t started_s;        /* wall clock, for "created" */
     uint64_t id_nonce;        /* keeps ids distinct across engines with one seed */
     atomic_uint_fast64_t seq; /* inference requests so far: the fault draw index */
+    atomic_uint_fast64_t text_seq; /* chat/completion requests so far, for --fail-first */
     atomic_int stopping;      /* written under both mutexes, so no wake-up is lost */
     atomic_int streams;       /* stream states alive; all must end before the server is freed */
     atomic_int loading;       /* "loading the model": everything answers 503 */
@@ -140,6 +142,7 @@ typedef struct sim_stream {
     int prompt_tokens;
     enum phase phase;
     sim_gen gen;
+    const char *reply_at; /* the rest of a --reply-map answer, or NULL for generated text */
     sim_sse sse;
     buf out;
     pthread_mutex_t mu;
@@ -157,7 +160,13 @@ static void produce(sim_stream *st)
     switch (st->phase) {
     case P_TOKENS:
         if (st->sent == 0 && st->sse.chat) sim_sse_role(&st->out, &st->sse);
-        sim_sse_token(&st->out, &st->sse, sim_gen_next(&st->gen));
+        if (st->reply_at) {
+            size_t k = sim_reply_piece(st->reply_at);
+            sim_sse_text(&st->out, &st->sse, st->reply_at, k);
+            st->reply_at += k;
+        } else {
+            sim_sse_token(&st->out, &st->sse, sim_gen_next(&st->gen));
+        }
         st->sent++;
         if (st->sent == st->cut_after) st->phase = P_CUT;
         else if (st->sent == st->n) st->phase = P_FINAL;
@@ -283,6 +292,7 @@ static void start_stream(sim_server *s, http_req *r, const sim_request *rq, int 
     pthread_mutex_init(&st->mu, NULL);
     cond_init_monotonic(&st->cv);
     sim_gen_init(&st->gen, s->cfg.seed, rq->input_hash);
+    st->reply_at = rq->reply;
     char id[48];
     answer_id(s, id, sizeof id, rq->kind == SIM_CHAT ? "chatcmpl-sim-" : "cmpl-sim-", seq);
     sim_sse_init(&st->sse, &s->cfg, rq, id, (int64_t)time(NULL));
@@ -322,6 +332,10 @@ static void hang(sim_server *s, http_req *r)
 
 static void text_of(const sim_config *c, const sim_request *rq, buf *text)
 {
+    if (rq->reply) {
+        buf_puts(text, rq->reply);
+        return;
+    }
     sim_gen g;
     sim_gen_init(&g, c->seed, rq->input_hash);
     for (int i = 0; i < rq->max_tokens; i++) buf_puts(text, sim_gen_next(&g));
@@ -335,6 +349,8 @@ static void serve_infer(sim_server *s, http_req *r, const sim_request *rq)
     int stream = rq->stream && rq->kind != SIM_EMBEDDING;
     uint64_t seq = atomic_fetch_add(&s->seq, 1);
     sim_fault f = sim_fault_draw(&s->cfg, seq, stream);
+    if (rq->kind != SIM_EMBEDDING && sim_fails_first(&s->cfg, atomic_fetch_add(&s->text_seq, 1)))
+        f = SIM_FAULT_ERROR;
     if (f == SIM_FAULT_ERROR) {
         respond_error(r, 500, "server_error", "simulated_fault", "simulated engine failure");
         return;
@@ -475,6 +491,8 @@ static http_fast_rc handle_fast(http_req *r, void *app)
                                             !strcmp(path, "/v1/completions") || !strcmp(path, "/v1/embeddings"));
     if (!infer) return HTTP_PASS;
     if (!s->fast || s->cfg.error_rate > 0 || s->cfg.hang_rate > 0 || s->cfg.drop_rate > 0) return HTTP_PASS;
+    /* The counter only grows, so once past --fail-first it stays past. */
+    if (sim_fails_first(&s->cfg, atomic_load(&s->text_seq))) return HTTP_PASS;
     sim_kind kind = !strcmp(path, "/v1/chat/completions") ? SIM_CHAT
                     : !strcmp(path, "/v1/completions")    ? SIM_COMPLETION
                                                           : SIM_EMBEDDING;
@@ -547,6 +565,7 @@ sim_server *sim_server_start(const sim_config *c, const char *listen, char *err,
     rand_hex(hex, 8);
     s->id_nonce = strtoull(hex, NULL, 16);
     atomic_init(&s->seq, 0);
+    atomic_init(&s->text_seq, 0);
     atomic_init(&s->stopping, 0);
     atomic_init(&s->streams, 0);
     atomic_init(&s->loading, c->loading);

@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "sim/simreply.h"
+
 #define MAX_EMBED_INPUTS 2048 /* OpenAI's own limit */
 
 void sim_error_set(sim_error *e, int status, const char *type, const char *code,
@@ -162,6 +164,35 @@ static int read_model(const sim_config *c, json_t *root, sim_request *rq, sim_er
     return -1;
 }
 
+/* A message's text: its string content, or its first text part. */
+static const char *content_text(json_t *content)
+{
+    if (json_is_string(content)) return json_string_value(content);
+    size_t i;
+    json_t *part;
+    json_array_foreach(content, i, part) {
+        const char *t = json_string_value(json_object_get(part, "text"));
+        if (t) return t;
+    }
+    return NULL;
+}
+
+/* What --reply-map matches against: the last user turn, or the prompt. */
+static const char *match_text(json_t *root, sim_kind kind)
+{
+    if (kind == SIM_COMPLETION) {
+        json_t *p = json_object_get(root, "prompt");
+        return json_string_value(json_is_array(p) ? json_array_get(p, 0) : p);
+    }
+    json_t *msgs = json_object_get(root, "messages");
+    for (size_t i = json_array_size(msgs); i-- > 0;) {
+        json_t *m = json_array_get(msgs, i);
+        const char *role = json_string_value(json_object_get(m, "role"));
+        if (role && !strcmp(role, "user")) return content_text(json_object_get(m, "content"));
+    }
+    return NULL;
+}
+
 int sim_request_parse(const sim_config *c, sim_kind kind, const char *body, size_t len,
                       json_t **rootp, sim_request *rq, sim_error *e)
 {
@@ -203,6 +234,11 @@ int sim_request_parse(const sim_config *c, sim_kind kind, const char *body, size
         goto out;
     rq->prompt_tokens = a.words > 0 ? a.words : 1;
     rq->input_hash = a.hash;
+    if (kind != SIM_EMBEDDING) {
+        rq->match_text = match_text(root, kind);
+        rq->reply = sim_replies_find(c->replies, rq->match_text);
+        if (rq->reply) rq->max_tokens = sim_reply_pieces(rq->reply);
+    }
     rc = 0;
 out:
     if (rc) {
@@ -238,12 +274,13 @@ json_t *sim_completion_json(const sim_config *c, const sim_request *rq, const ch
                             int64_t created_s, const char *text)
 {
     json_t *choice;
+    const char *finish = rq->reply ? "stop" : "length";
     if (rq->kind == SIM_CHAT)
         choice = json_pack("{s:i,s:{s:s,s:s},s:n,s:s}", "index", 0, "message", "role", "assistant",
-                           "content", text, "logprobs", "finish_reason", "length");
+                           "content", text, "logprobs", "finish_reason", finish);
     else
         choice = json_pack("{s:s,s:i,s:n,s:s}", "text", text, "index", 0, "logprobs",
-                           "finish_reason", "length");
+                           "finish_reason", finish);
     return json_pack("{s:s,s:s,s:I,s:s,s:s,s:[o],s:o}", "id", id, "object",
                      rq->kind == SIM_CHAT ? "chat.completion" : "text_completion", "created",
                      (json_int_t)created_s, "model", c->models[rq->model].name,
@@ -351,6 +388,7 @@ void sim_sse_init(sim_sse *x, const sim_config *c, const sim_request *rq, const 
     /* Model names are restricted to characters that need no escaping. */
     x->chat = rq->kind == SIM_CHAT;
     x->include_usage = rq->include_usage;
+    x->stop = rq->reply != NULL;
     int n = snprintf(x->head, sizeof x->head,
                      "data: {\"id\":\"%s\",\"object\":\"%s\",\"created\":%lld,\"model\":\"%s\","
                      "\"system_fingerprint\":\"gpupool-sim\",\"choices\":[",
@@ -388,13 +426,29 @@ int sim_sse_token(buf *out, const sim_sse *x, const char *token)
                  "\",\"index\":0,\"logprobs\":null,\"finish_reason\":null}");
 }
 
+int sim_sse_text(buf *out, const sim_sse *x, const char *text, size_t len)
+{
+    buf esc = {0};
+    int rc = buf_puts(&esc, "");
+    for (size_t i = 0; i < len && !rc; i++) {
+        unsigned char ch = (unsigned char)text[i];
+        if (ch == '"' || ch == '\\') rc = buf_printf(&esc, "\\%c", ch);
+        else if (ch == '\n') rc = buf_puts(&esc, "\\n");
+        else if (ch < 0x20) rc = buf_printf(&esc, "\\u%04x", ch);
+        else rc = buf_append(&esc, &text[i], 1);
+    }
+    if (!rc) rc = sim_sse_token(out, x, esc.data);
+    buf_free(&esc);
+    return rc ? -1 : 0;
+}
+
 int sim_sse_final(buf *out, const sim_sse *x)
 {
     if (x->chat)
-        return event(out, x, "{\"index\":0,\"delta\":{},\"logprobs\":null,\"finish_reason\":\"length\"}",
-                     NULL, NULL);
-    return event(out, x, "{\"text\":\"\",\"index\":0,\"logprobs\":null,\"finish_reason\":\"length\"}",
-                 NULL, NULL);
+        return event(out, x, "{\"index\":0,\"delta\":{},\"logprobs\":null,\"finish_reason\":",
+                     x->stop ? "\"stop\"" : "\"length\"", "}");
+    return event(out, x, "{\"text\":\"\",\"index\":0,\"logprobs\":null,\"finish_reason\":",
+                 x->stop ? "\"stop\"" : "\"length\"", "}");
 }
 
 int sim_sse_usage(buf *out, const sim_sse *x, int prompt_tokens, int completion_tokens)

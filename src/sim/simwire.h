@@ -25,6 +25,9 @@ typedef struct sim_request {
     uint64_t input_hash; /* over the model and the input text; seeds the text */
     json_t *input;      /* embeddings: the "input" string or array, borrowed */
     int base64;         /* embeddings: encoding_format "base64" */
+    const char *match_text; /* the last user message (chat) or the prompt; borrowed, may be NULL */
+    const char *reply;  /* --reply-map's answer for it, or NULL for generated text; then
+                         * max_tokens is its piece count and it finishes with "stop" */
 } sim_request;
 
 typedef struct sim_error {
@@ -64,6 +67,7 @@ typedef struct sim_sse {
     char head[384];
     size_t head_len;
     int chat, include_usage;
+    int stop; /* finish_reason "stop" (a whole canned reply) rather than "length" */
 } sim_sse;
 
 void sim_sse_init(sim_sse *x, const sim_config *c, const sim_request *rq, const char *id,
@@ -71,6 +75,8 @@ void sim_sse_init(sim_sse *x, const sim_config *c, const sim_request *rq, const 
 /* Chat only: the first chunk, delta {"role":"assistant","content":""}. */
 int sim_sse_role(buf *out, const sim_sse *x);
 int sim_sse_token(buf *out, const sim_sse *x, const char *token);
+/* The same for arbitrary text (a --reply-map piece), JSON-escaped. */
+int sim_sse_text(buf *out, const sim_sse *x, const char *text, size_t len);
 /* The chunk with finish_reason "length". */
 int sim_sse_final(buf *out, const sim_sse *x);
 /* stream_options.include_usage: empty choices and the usage object. */

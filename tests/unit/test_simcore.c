@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "sim/simcore.h"
+#include "sim/simreply.h"
 #include "sim/simwire.h"
 
 static sim_config defaults(void)
@@ -419,6 +420,125 @@ static void test_sse_shapes(void **state)
     buf_free(&b);
 }
 
+static const char *const MAP =
+    "[{\"match\":\"fix it\",\"reply\":\"{\\\"label\\\": \\\"ok\\\"}\"},"
+    "{\"match\":\"hello\",\"reply\":\"Hi \\\"there\\\"\\n  you\"},"
+    "{\"match\":\"*\",\"reply\":\"\"}]";
+
+static void test_reply_map(void **state)
+{
+    (void)state;
+    char err[256];
+    sim_replies r;
+    assert_int_equal(sim_replies_parse(MAP, strlen(MAP), &r, err, sizeof err), 0);
+    assert_int_equal((int)r.n, 3);
+    /* First match wins; "*" catches the rest, a missing text included. */
+    assert_string_equal(sim_replies_find(&r, "please fix it, hello"), "{\"label\": \"ok\"}");
+    assert_string_equal(sim_replies_find(&r, "oh hello"), "Hi \"there\"\n  you");
+    assert_string_equal(sim_replies_find(&r, "other"), "");
+    assert_string_equal(sim_replies_find(&r, NULL), "");
+    assert_null(sim_replies_find(NULL, "hello"));
+    /* Pieces: whitespace and the word after it; concatenated they are the text. */
+    const char *t = "Hi \"there\"\n  you";
+    assert_int_equal(sim_reply_pieces(t), 3);
+    assert_int_equal((int)sim_reply_piece(t), 2);
+    assert_int_equal((int)sim_reply_piece(t + 2), 8);
+    assert_int_equal((int)sim_reply_piece(t + 10), 6);
+    assert_int_equal((int)sim_reply_piece(t + 16), 0);
+    assert_int_equal(sim_reply_pieces(""), 1);
+    sim_replies_free(&r);
+
+    static const char *const bad[] = {"{}", "[1]", "[{\"match\":\"a\"}]", "[{\"match\":1,\"reply\":\"x\"}]", "nope"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(sim_replies_parse(bad[i], strlen(bad[i]), &r, err, sizeof err), -1);
+        assert_non_null(strstr(err, "--reply-map"));
+        assert_null(r.v);
+    }
+}
+
+static void test_reply_requests(void **state)
+{
+    (void)state;
+    char err[256];
+    sim_replies r;
+    assert_int_equal(sim_replies_parse(MAP, strlen(MAP) - strlen(",{\"match\":\"*\",\"reply\":\"\"}]"), &r, err,
+                                       sizeof err), -1); /* cut JSON */
+    const char *map = "[{\"match\":\"fix it\",\"reply\":\"{\\\"a\\\": 1}\"}]";
+    assert_int_equal(sim_replies_parse(map, strlen(map), &r, err, sizeof err), 0);
+    sim_config c = defaults();
+    c.replies = &r;
+    c.single_model = 1; /* the bodies name no model */
+    sim_request rq;
+    sim_error e;
+    /* Only the LAST user message counts, not earlier turns nor the assistant's. */
+    assert_int_equal(parse(&c, SIM_CHAT,
+                           "{\"messages\":[{\"role\":\"user\",\"content\":\"fix it\"},"
+                           "{\"role\":\"assistant\",\"content\":\"x\"},{\"role\":\"user\",\"content\":\"no\"}]}",
+                           &rq, &e), 0);
+    assert_null(rq.reply);
+    assert_int_equal(rq.max_tokens, c.max_tokens_default);
+    assert_int_equal(parse(&c, SIM_CHAT,
+                           "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"},"
+                           "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"now fix it\"}]}],"
+                           "\"max_tokens\":500}",
+                           &rq, &e), 0);
+    assert_string_equal(rq.reply, "{\"a\": 1}");
+    assert_int_equal(rq.max_tokens, 2);
+    json_t *j = sim_completion_json(&c, &rq, "chatcmpl-sim-1", 1, rq.reply);
+    json_t *choice = json_array_get(json_object_get(j, "choices"), 0);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(choice, "message"), "content")),
+                        "{\"a\": 1}");
+    assert_string_equal(json_string_value(json_object_get(choice, "finish_reason")), "stop");
+    /* Still marked simulated, outside the content. */
+    assert_string_equal(json_string_value(json_object_get(j, "system_fingerprint")), "gpupool-sim");
+    json_decref(j);
+    assert_int_equal(parse(&c, SIM_COMPLETION, "{\"prompt\":[\"please fix it\"]}", &rq, &e), 0);
+    assert_non_null(rq.reply);
+
+    /* A streamed reply: escaped pieces that concatenate to the text, finishing "stop". */
+    assert_int_equal(parse(&c, SIM_CHAT,
+                           "{\"messages\":[{\"role\":\"user\",\"content\":\"fix it\"}],\"stream\":true}", &rq,
+                           &e), 0);
+    sim_sse x;
+    sim_sse_init(&x, &c, &rq, "chatcmpl-sim-2", 1);
+    char got[64] = "";
+    for (const char *p = "{\"a\":\n\t1}"; *p;) {
+        size_t k = sim_reply_piece(p);
+        buf b = {0};
+        assert_int_equal(sim_sse_text(&b, &x, p, k), 0);
+        json_t *ev = json_loads(b.data + 6, 0, NULL);
+        assert_non_null(ev);
+        const char *content = json_string_value(json_object_get(
+            json_object_get(json_array_get(json_object_get(ev, "choices"), 0), "delta"), "content"));
+        assert_non_null(content);
+        strncat(got, content, sizeof got - strlen(got) - 1);
+        json_decref(ev);
+        buf_free(&b);
+        p += k;
+    }
+    assert_string_equal(got, "{\"a\":\n\t1}");
+    buf b = {0};
+    sim_sse_final(&b, &x);
+    assert_non_null(strstr(b.data, "\"finish_reason\":\"stop\""));
+    buf_free(&b);
+    sim_replies_free(&r);
+}
+
+static void test_fail_first(void **state)
+{
+    (void)state;
+    sim_config c = defaults();
+    char err[256];
+    assert_false(sim_fails_first(&c, 0));
+    assert_int_equal(sim_config_set(&c, "fail-first", "2", err, sizeof err), 0);
+    assert_true(sim_fails_first(&c, 0));
+    assert_true(sim_fails_first(&c, 1));
+    assert_false(sim_fails_first(&c, 2));
+    assert_int_equal(sim_config_set(&c, "fail-first", "-1", err, sizeof err), -1);
+    assert_non_null(strstr(err, "--fail-first"));
+    assert_int_equal(sim_config_set(&c, "fail-first", "x", err, sizeof err), -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -435,6 +555,9 @@ int main(void)
         cmocka_unit_test(test_pacing),
         cmocka_unit_test(test_usage),
         cmocka_unit_test(test_sse_shapes),
+        cmocka_unit_test(test_reply_map),
+        cmocka_unit_test(test_reply_requests),
+        cmocka_unit_test(test_fail_first),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
