@@ -144,6 +144,14 @@ static void steps_split_traffic_and_the_cli_moves_them(void **state)
     assert_int_equal(cli(p, "advance chat", "completed"), 0);
     assert_int_equal(canaries(p, 5), 5);
 
+    /* A client cannot claim a pick for a request the rollout did not route. */
+    const char *spoof[] = {"X-Gpupool-Rollout-Pick: 1 chat", NULL};
+    h_request(p, "POST", "/v1/chat/completions",
+              "{\"model\":\"v2\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":2}", spoof, &r);
+    assert_int_equal(r.status, 200);
+    assert_null(h_header(&r, "X-Gpupool-Version", (char[64]){0}, 64));
+    h_resp_free(&r);
+
     json_t *j = rollout(p, "chat");
     assert_non_null(j);
     assert_string_equal(json_string_value(json_object_get(j, "state")), "completed");
@@ -230,6 +238,36 @@ static void failing_canary_rolls_back(void **state)
     h_resp_free(&r);
 }
 
+/* With keys, a client key may look at rollouts but only an admin key may
+ * start or move one. */
+static void changes_need_an_admin_key(void **state)
+{
+    h_pool *p = *state;
+    h_start_coordinator(p, "--api-key user-key --admin-key boss-key");
+    snprintf(p->api_key, sizeof p->api_key, "user-key");
+    h_start_worker(p, "machine-a", FAST "%20--model%20v1%20--model%20v2", NULL);
+    const char *user[] = {"Authorization: Bearer user-key", NULL}, *boss[] = {"Authorization: Bearer boss-key", NULL};
+    const char *body = "{\"name\":\"chat\",\"stable\":\"v1\",\"canary\":\"v2\"}";
+    h_resp r;
+    h_request(p, "POST", "/v1/rollouts", body, user, &r);
+    assert_int_equal(r.status, 403);
+    h_resp_free(&r);
+    h_request(p, "POST", "/v1/rollouts", body, boss, &r);
+    assert_int_equal(r.status, 201);
+    h_resp_free(&r);
+    h_request(p, "POST", "/v1/rollouts/chat/abort", "{}", user, &r);
+    assert_int_equal(r.status, 403);
+    h_resp_free(&r);
+    h_request(p, "GET", "/v1/rollouts", NULL, user, &r);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(json_array_size(json_object_get(r.json, "data")), 1);
+    h_resp_free(&r);
+    const char *nobody[] = {"Accept: application/json", NULL};
+    h_request(p, "GET", "/v1/rollouts/chat", NULL, nobody, &r);
+    assert_int_equal(r.status, 401);
+    h_resp_free(&r);
+}
+
 static void healthy_canary_advances_by_itself(void **state)
 {
     h_pool *p = *state;
@@ -258,6 +296,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(steps_split_traffic_and_the_cli_moves_them, setup, h_pool_teardown),
         cmocka_unit_test_setup_teardown(failing_canary_rolls_back, setup, h_pool_teardown),
+        cmocka_unit_test_setup_teardown(changes_need_an_admin_key, setup, h_pool_teardown),
         cmocka_unit_test_setup_teardown(healthy_canary_advances_by_itself, setup, h_pool_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
