@@ -8,7 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/rollout_table.h"
 #include "sched/rollout.h"
+#include "store/store.h"
 
 static rollout *start(const char *extra)
 {
@@ -245,6 +247,80 @@ static void json_round_trip(void **state)
     free(r);
 }
 
+/* The table: routing by name, outcomes that roll back, refusals, and the
+ * state written to the store and read back by a new table. */
+static void table_routes_records_and_keeps(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/gpupool-rollout-XXXXXX", err[256];
+    assert_non_null(mkdtemp(dir));
+    store *st = store_open(dir, err, sizeof err);
+    assert_non_null(st);
+    rollout_table *t = rollout_table_open(st, err, sizeof err);
+    assert_non_null(t);
+    rollout *r = start(",\"steps\":[50,100],\"window\":10,\"min_samples\":2,\"max_error_rate\":0.5");
+    json_t *view;
+    char why[300];
+    assert_int_equal(rollout_table_create(t, &r->spec, &view, why, sizeof why), ROLLOUT_OK);
+    json_decref(view);
+    assert_int_equal(rollout_table_create(t, &r->spec, &view, why, sizeof why), ROLLOUT_REFUSED);
+    assert_null(view);
+    /* A second rollout may not use this one's name as a version. */
+    ro_spec loop = r->spec;
+    snprintf(loop.name, sizeof loop.name, "chat2");
+    snprintf(loop.canary, sizeof loop.canary, "chat");
+    assert_int_equal(rollout_table_create(t, &loop, &view, why, sizeof why), ROLLOUT_REFUSED);
+
+    rollout_pick pk;
+    assert_int_equal(rollout_table_route(t, "v1", NULL, &pk), 0);
+    assert_true(rollout_table_mentioned(t, "{\"model\":\"chat\"}", 16));
+    assert_false(rollout_table_mentioned(t, "{\"model\":\"v1\"}", 14));
+    assert_int_equal(rollout_table_route(t, "chat", NULL, &pk), 1);
+    assert_int_equal(pk.version, RO_STABLE);
+    assert_string_equal(pk.model, "v1");
+    assert_int_equal(rollout_table_route(t, "chat", NULL, &pk), 1);
+    assert_int_equal(pk.version, RO_CANARY);
+    assert_string_equal(pk.model, "v2");
+    /* A task's outcome counts by model; one error in two is within 0.5... */
+    rollout_table_model_outcome(t, "v2", 0, 5);
+    rollout_table_outcome(t, "chat", RO_CANARY, 1, 5);
+    json_t *j = rollout_table_get(t, "chat");
+    assert_string_equal(json_string_value(json_object_get(j, "state")), "running");
+    json_decref(j);
+    /* ...two in three are not. */
+    rollout_table_outcome(t, "chat", RO_CANARY, 1, 5);
+    assert_int_equal(rollout_table_act(t, "chat", "pause", &view, why, sizeof why), ROLLOUT_REFUSED);
+    assert_string_equal(json_string_value(json_object_get(view, "state")), "rolled_back");
+    json_decref(view);
+    assert_int_equal(rollout_table_act(t, "nope", "pause", &view, why, sizeof why), ROLLOUT_NOT_FOUND);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(rollout_table_route(t, "chat", NULL, &pk), 1);
+        assert_int_equal(pk.version, RO_STABLE);
+    }
+    buf m = {0};
+    rollout_table_metrics(t, &m);
+    assert_non_null(strstr(m.data, "gpupool_rollout_errors_total{rollout=\"chat\",version=\"canary\",model=\"v2\"} 2"));
+    buf_free(&m);
+    rollout_table_close(t);
+
+    t = rollout_table_open(st, err, sizeof err);
+    assert_non_null(t);
+    j = rollout_table_list(t);
+    assert_int_equal(json_array_size(j), 1);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(j, 0), "state")), "rolled_back");
+    assert_non_null(strstr(json_string_value(json_object_get(json_array_get(j, 0), "reason")), "error rate"));
+    json_decref(j);
+    /* A finished rollout's name may be used again. */
+    assert_int_equal(rollout_table_create(t, &r->spec, &view, why, sizeof why), ROLLOUT_OK);
+    json_decref(view);
+    rollout_table_close(t);
+    store_close(st);
+    free(r);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -252,6 +328,7 @@ int main(void)
         cmocka_unit_test(keyed_choice_is_sticky),   cmocka_unit_test(states_and_refusals),
         cmocka_unit_test(rollback_on_error_rate),   cmocka_unit_test(rollback_on_p95_and_time_window),
         cmocka_unit_test(auto_advance),             cmocka_unit_test(json_round_trip),
+        cmocka_unit_test(table_routes_records_and_keeps),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
