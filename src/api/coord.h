@@ -76,7 +76,8 @@ void api_batches_cancel(coord *c, http_req *req, const char *id);
  * /v1/rollouts/{name}/{advance,pause,resume,abort} (verb), and the
  * rewrite of a request naming a rollout (on the fast path, before any
  * handler), its outcome (from coord_observe), and an async task's model
- * (returns 1 and writes the version's model to out when model is a rollout). */
+ * (returns 1 and writes the version's model to out when model is a rollout;
+ * with req NULL, for a batch's items, it names no version in a header). */
 void api_rollouts_create(coord *c, http_req *req);
 void api_rollouts_list(coord *c, http_req *req);
 void api_rollouts_get(coord *c, http_req *req, const char *name);

@@ -30,7 +30,7 @@ static void version_header(http_req *req, const rollout_pick *pk)
  * OpenAI "user" field. */
 static const char *sticky_key(http_req *req, json_t *body)
 {
-    const char *k = http_req_header(req, "X-Gpupool-Session");
+    const char *k = req ? http_req_header(req, "X-Gpupool-Session") : NULL;
     if (k && *k) return k;
     return json_string_value(json_object_get(body, "user"));
 }
@@ -81,7 +81,7 @@ int api_rollout_task_model(coord *c, http_req *req, const char *model, json_t *i
     rollout_pick pk;
     if (!rollout_table_route(c->rollouts, model, sticky_key(req, input), &pk)) return 0;
     snprintf(out, outlen, "%s", pk.model);
-    version_header(req, &pk);
+    if (req) version_header(req, &pk);
     return 1;
 }
 

@@ -91,6 +91,45 @@ static long post(h_pool *p, const char *path, const char *body, h_resp *r)
     return r->status;
 }
 
+#define ITEM "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":2}"
+
+typedef struct batch_ctx {
+    h_pool *p;
+    char id[96];
+} batch_ctx;
+
+static int batch_done(void *ctx)
+{
+    batch_ctx *b = ctx;
+    char path[160];
+    snprintf(path, sizeof path, "/v1/batches/%s", b->id);
+    h_resp r;
+    h_request(b->p, "GET", path, NULL, NULL, &r);
+    const char *st = json_string_value(json_object_get(r.json, "status"));
+    int done = st && !strcmp(st, "completed");
+    h_resp_free(&r);
+    return done;
+}
+
+/* How many of the batch's answers came from v2; every one must be v1 or v2. */
+static int batch_canaries(h_pool *p, const char *id)
+{
+    char path[160];
+    snprintf(path, sizeof path, "/v1/batches/%s/results", id);
+    h_resp r;
+    h_request(p, "GET", path, NULL, NULL, &r);
+    int n = 0;
+    size_t i;
+    json_t *item;
+    json_array_foreach(json_object_get(r.json, "data"), i, item) {
+        const char *m = json_string_value(json_object_get(json_object_get(json_object_get(item, "response"), "body"), "model"));
+        if (!m || (strcmp(m, "v1") && strcmp(m, "v2"))) fail_msg("batch item %zu: model %s", i, m ? m : "(none)");
+        n += !strcmp(m, "v2");
+    }
+    h_resp_free(&r);
+    return n;
+}
+
 static int node_ready(void *ctx) { return h_node_count(ctx, "ready") >= 1; }
 
 static void steps_split_traffic_and_the_cli_moves_them(void **state)
@@ -135,6 +174,15 @@ static void steps_split_traffic_and_the_cli_moves_them(void **state)
     json_decref(task);
     free(id);
 
+    /* So do a batch's items: 2 of 4 at 50 %. */
+    assert_int_equal(post(p, "/v1/batches", "{\"type\":\"chat\",\"model\":\"chat\",\"inputs\":[" ITEM "," ITEM "," ITEM
+                                            "," ITEM "]}", &r), 202);
+    batch_ctx bc = {p, ""};
+    snprintf(bc.id, sizeof bc.id, "%s", json_string_value(json_object_get(r.json, "id")));
+    h_resp_free(&r);
+    assert_true(h_wait_until(batch_done, &bc, 20000));
+    assert_int_equal(batch_canaries(p, bc.id), 2);
+
     assert_int_equal(cli(p, "pause chat", "paused at 50 %"), 0);
     assert_int_not_equal(cli(p, "pause chat", "cannot be paused"), 0);
     assert_int_equal(canaries(p, 10), 5); /* paused holds the share */
@@ -157,12 +205,13 @@ static void steps_split_traffic_and_the_cli_moves_them(void **state)
     assert_string_equal(json_string_value(json_object_get(j, "state")), "completed");
     assert_int_equal(json_integer_value(json_object_get(j, "share")), 100);
     json_t *v = json_object_get(j, "versions");
-    /* 18+10+5 on stable and 2+10+5+10+5 on the canary, plus the session's
-     * 7 on one of them and the task's attempt on the other or the same. */
+    /* 18+10+5 on stable and 2+10+5+10+5 on the canary, the batch's 2 and
+     * 2, plus the session's 7 on one of them and the task's attempt on the
+     * other or the same. */
     json_int_t stable = json_integer_value(json_object_get(json_object_get(v, "stable"), "requests"));
     json_int_t canary = json_integer_value(json_object_get(json_object_get(v, "canary"), "requests"));
-    assert_int_equal(stable + canary, 33 + 32 + 7 + 1);
-    assert_in_range(stable, 33, 33 + 8);
+    assert_int_equal(stable + canary, 33 + 32 + 7 + 1 + 4);
+    assert_in_range(stable, 33 + 2, 33 + 2 + 8);
     json_decref(j);
 
     h_request(p, "GET", "/metrics", NULL, NULL, &r);
