@@ -162,13 +162,31 @@ int ro_choose(rollout *r, const char *key)
 
 const char *ro_model(const rollout *r, int version) { return version == RO_CANARY ? r->spec.canary : r->spec.stable; }
 
-static int cmp_double(const void *a, const void *b)
+/* The k-th smallest of v[0..n) (0-based), reordering v: quickselect, so a
+ * verdict on every outcome costs a pass over the window, not a sort. */
+static double kth_smallest(double *v, int n, int k)
 {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+        double pivot = v[lo + (hi - lo) / 2];
+        int i = lo, j = hi;
+        while (i <= j) {
+            while (v[i] < pivot) i++;
+            while (v[j] > pivot) j--;
+            if (i <= j) {
+                double t = v[i];
+                v[i++] = v[j];
+                v[j--] = t;
+            }
+        }
+        if (k <= j) hi = j;
+        else if (k >= i) lo = i;
+        else return v[k];
+    }
+    return v[k];
 }
 
-void ro_window_stats(const rollout *r, int version, int64_t now_ms, ro_stats *out)
+static void window_stats(const rollout *r, int version, int64_t now_ms, int with_p95, ro_stats *out)
 {
     memset(out, 0, sizeof *out);
     const ro_window *w = &r->win[version ? 1 : 0];
@@ -180,21 +198,25 @@ void ro_window_stats(const rollout *r, int version, int64_t now_ms, ro_stats *ou
         if (r->spec.window_ms > 0 && s->at_ms < now_ms - r->spec.window_ms) break; /* newest first */
         out->n++;
         if (s->error) out->errors++;
-        else lat[nlat++] = s->latency_ms;
+        else if (with_p95) lat[nlat++] = s->latency_ms;
     }
     out->error_rate = out->n ? (double)out->errors / out->n : 0;
     if (nlat) {
-        qsort(lat, (size_t)nlat, sizeof lat[0], cmp_double);
         /* Nearest rank: the smallest value at or above 95 % of them. */
         int rank = (int)ceil(0.95 * nlat);
-        out->p95_ms = lat[rank > 0 ? rank - 1 : 0];
+        out->p95_ms = kth_smallest(lat, nlat, rank > 0 ? rank - 1 : 0);
     }
+}
+
+void ro_window_stats(const rollout *r, int version, int64_t now_ms, ro_stats *out)
+{
+    window_stats(r, version, now_ms, 1, out);
 }
 
 ro_verdict ro_judge(const rollout *r, int64_t now_ms, char *reason, size_t len)
 {
     ro_stats st;
-    ro_window_stats(r, RO_CANARY, now_ms, &st);
+    window_stats(r, RO_CANARY, now_ms, r->spec.max_p95_ms > 0, &st);
     if (st.n < r->spec.min_samples) {
         snprintf(reason, len, "%d of %d outcomes needed so far", st.n, r->spec.min_samples);
         return RO_WAIT;

@@ -5,6 +5,7 @@
 #include <setjmp.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -191,6 +192,38 @@ static void rollback_on_p95_and_time_window(void **state)
     free(r);
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The p95 by selection equals the nearest rank of the sorted window, with
+ * duplicates and in every size. */
+static void p95_matches_a_sort(void **state)
+{
+    (void)state;
+    unsigned seed = 7;
+    for (int n = 1; n <= 300; n += 7) {
+        char extra[64];
+        snprintf(extra, sizeof extra, ",\"window\":%d,\"min_samples\":1", n);
+        rollout *r = start(extra);
+        double v[300];
+        for (int i = 0; i < n; i++) {
+            seed = seed * 1103515245u + 12345u;
+            v[i] = (double)((seed >> 16) % (n % 3 ? 50 : 1000));
+            ro_record(r, RO_STABLE, 0, v[i], 1000, 5000);
+        }
+        qsort(v, (size_t)n, sizeof v[0], cmp_double);
+        int rank = (int)ceil(0.95 * n);
+        ro_stats st;
+        ro_window_stats(r, RO_STABLE, 1000, &st);
+        assert_int_equal(st.n, n);
+        assert_true(st.p95_ms == v[rank - 1]);
+        free(r);
+    }
+}
+
 /* Auto-advance waits for its time and for a healthy window; a pause stops
  * the clock; a rollback still happens while paused. */
 static void auto_advance(void **state)
@@ -328,7 +361,7 @@ int main(void)
         cmocka_unit_test(keyed_choice_is_sticky),   cmocka_unit_test(states_and_refusals),
         cmocka_unit_test(rollback_on_error_rate),   cmocka_unit_test(rollback_on_p95_and_time_window),
         cmocka_unit_test(auto_advance),             cmocka_unit_test(json_round_trip),
-        cmocka_unit_test(table_routes_records_and_keeps),
+        cmocka_unit_test(table_routes_records_and_keeps), cmocka_unit_test(p95_matches_a_sort),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
