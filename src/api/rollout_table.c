@@ -175,13 +175,13 @@ int rollout_table_route(rollout_table *t, const char *model, const char *key, ro
     return e != NULL;
 }
 
-static void record(rollout_table *t, entry *e, int version, int error, double latency_ms)
+/* With the table's lock held; a rollback is written by the next flush. */
+static void record(entry *e, int version, int error, double latency_ms)
 {
     if (ro_record(&e->r, version, error, latency_ms, mono_ms(), wall_ms())) {
         e->dirty = 1;
         log_warn("rollout %s: %s; all traffic is back on %s", e->r.spec.name, e->r.reason, e->r.spec.stable);
     }
-    (void)t;
 }
 
 void rollout_table_outcome(rollout_table *t, const char *name, int version, int error, double latency_ms)
@@ -189,7 +189,7 @@ void rollout_table_outcome(rollout_table *t, const char *name, int version, int 
     if (!t) return;
     pthread_mutex_lock(&t->mu);
     entry *e = find(t, name);
-    if (e) record(t, e, version, error, latency_ms);
+    if (e) record(e, version, error, latency_ms);
     pthread_mutex_unlock(&t->mu);
 }
 
@@ -200,8 +200,8 @@ void rollout_table_model_outcome(rollout_table *t, const char *model, int error,
     for (int i = 0; i < t->n; i++) {
         entry *e = t->e[i];
         if (ro_finished(&e->r)) continue;
-        if (!strcmp(e->r.spec.canary, model)) record(t, e, RO_CANARY, error, latency_ms);
-        else if (!strcmp(e->r.spec.stable, model)) record(t, e, RO_STABLE, error, latency_ms);
+        if (!strcmp(e->r.spec.canary, model)) record(e, RO_CANARY, error, latency_ms);
+        else if (!strcmp(e->r.spec.stable, model)) record(e, RO_STABLE, error, latency_ms);
     }
     pthread_mutex_unlock(&t->mu);
 }
