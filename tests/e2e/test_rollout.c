@@ -231,6 +231,17 @@ static void steps_split_traffic_and_the_cli_moves_them(void **state)
     assert_string_equal(state_of(p, "chat", s, sizeof s), "aborted");
     assert_int_equal(cli(p, "status", "chat: aborted"), 0);
     assert_int_equal(canaries(p, 5), 0);
+    /* A stream is routed the same way. */
+    h_request(p, "POST", "/v1/chat/completions",
+              "{\"model\":\"chat\",\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+              "\"max_tokens\":2}", NULL, &r);
+    assert_int_equal(r.status, 200);
+    char version[128];
+    assert_non_null(h_header(&r, "X-Gpupool-Version", version, sizeof version));
+    assert_string_equal(version, "v1; role=stable; rollout=chat");
+    assert_non_null(strstr(r.body, "[DONE]"));
+    assert_non_null(strstr(r.body, "\"model\":\"v1\""));
+    h_resp_free(&r);
     assert_int_equal(cli(p, "advance nope", "no rollout is named"), 1);
 }
 
