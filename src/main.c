@@ -18,6 +18,8 @@ static const struct {
     {"undrain", cmd_undrain, "let a drained node take work again"},
     {"forget", cmd_forget, "remove a node from the pool"},
     {"apps", cmd_apps, "list the prompt apps and pipelines the coordinator serves"},
+    {"rollout", cmd_rollout, "move traffic from one model to another in steps, with automatic rollback"},
+    {"compare", cmd_compare, "run one input set through two models and compare their JSON answers"},
 };
 
 static void usage(FILE *f)

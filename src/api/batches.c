@@ -217,6 +217,11 @@ static int read_item(coord *c, http_req *req, const batch_in *in, size_t i, item
         return -1;
     }
     const char *m = json_string_value(json_object_get(it->body, "model"));
+    char version[256];
+    if (api_rollout_task_model(c, NULL, m, it->body, version, sizeof version)) {
+        json_object_set_new(it->body, "model", json_string(version));
+        m = json_string_value(json_object_get(it->body, "model"));
+    }
     if (!registry_model_known(c->reg, m)) {
         api_error(req, 404, "invalid_request_error", "model_not_found", "model",
                   "item %zu: the model '%s' is not served by any node in the pool", i, m);

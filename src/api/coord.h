@@ -45,6 +45,7 @@ typedef struct coord {
     struct api_track *track;          /* the two-track router's rules and budgets (api/track) */
     const struct apps_cfg *apps;      /* --apps: prompt apps and pipelines (apps/appcfg); NULL = none */
     struct app_runner *runner;        /* moves their runs on (apps/runner) */
+    struct rollout_table *rollouts;   /* api/rollout_table; NULL: no rollouts */
     int64_t started_mono;
 } coord;
 
@@ -85,6 +86,19 @@ void api_app_call(coord *c, http_req *req, const char *name, int pipeline);
 void api_run_get(coord *c, http_req *req, const char *id, int pipeline);
 /* DELETE /v1/apps/runs/{id}, /v1/pipelines/runs/{id}. */
 void api_run_cancel(coord *c, http_req *req, const char *id, int pipeline);
+/* api/rollouts.c: POST /v1/rollouts, GET /v1/rollouts[/{name}], POST
+ * /v1/rollouts/{name}/{advance,pause,resume,abort} (verb), and the
+ * rewrite of a request naming a rollout (on the fast path, before any
+ * handler), its outcome (from coord_observe), and an async task's model
+ * (returns 1 and writes the version's model to out when model is a rollout;
+ * with req NULL, for a batch's items, it names no version in a header). */
+void api_rollouts_create(coord *c, http_req *req);
+void api_rollouts_list(coord *c, http_req *req);
+void api_rollouts_get(coord *c, http_req *req, const char *name);
+void api_rollouts_act(coord *c, http_req *req, const char *name, const char *verb);
+void api_rollout_route(coord *c, http_req *req);
+void api_rollout_observe(coord *c, http_req *req, int status, int64_t dur_us);
+int api_rollout_task_model(coord *c, http_req *req, const char *model, json_t *input, char *out, size_t outlen);
 void api_nodes(coord *c, http_req *req);
 /* POST /v1/nodes/{id}/drain, /undrain; DELETE /v1/nodes/{id} (admin). */
 void api_node_admin(coord *c, http_req *req, const char *id, const char *verb);

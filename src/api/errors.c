@@ -12,6 +12,7 @@ static const api_error_code CODES[] = {
     {"node_not_found", 404}, {"not_found", 404}, {"method_not_allowed", 405},
     {"idempotency_key_reused", 409}, {"task_finished", 409}, {"batch_finished", 409}, {"node_live", 409}, {"body_too_large", 413},
     {"queue_full", 429}, {"budget_exceeded", 429}, {"store_error", 500}, {"no_node_answered", 502}, {"no_capacity", 503},
+    {"rollout_not_found", 404}, {"rollout_exists", 409}, {"rollout_state", 409}, {"too_many_rollouts", 409},
     {"insufficient_vram", 503}, {"store_unavailable", 503}, {"no_trusted_capacity", 503},
     {"app_not_found", 404}, {"pipeline_not_found", 404}, {"run_not_found", 404}, {"run_finished", 409},
     {"output_invalid", 422},

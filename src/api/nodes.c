@@ -8,6 +8,7 @@
 #include "api/errors.h"
 #include "api/metrics.h"
 #include "api/track.h"
+#include "api/rollout_table.h"
 #include "util/buf.h"
 #include "util/clock.h"
 
@@ -93,6 +94,7 @@ void api_metrics(coord *c, http_req *req)
     buf_printf(&out, "gpupool_uptime_seconds %lld\n", (long long)((mono_ms() - c->started_mono) / 1000));
     api_cache_metrics(c, &out);
     api_track_metrics(c, &out);
+    rollout_table_metrics(c->rollouts, &out);
     http_respond(req, 200, "text/plain; version=0.0.4; charset=utf-8", out.data, out.len);
     buf_free(&out);
 }

@@ -128,6 +128,13 @@ static metrics_route route_and_run(coord *c, http_req *req)
     case OP_PIPELINE_RUN_GET: api_run_get(c, req, id, 1); break;
     case OP_APP_RUN_CANCEL: api_run_cancel(c, req, id, 0); break;
     case OP_PIPELINE_RUN_CANCEL: api_run_cancel(c, req, id, 1); break;
+    case OP_ROLLOUTS_CREATE: api_rollouts_create(c, req); break;
+    case OP_ROLLOUTS_LIST: api_rollouts_list(c, req); break;
+    case OP_ROLLOUT_GET: api_rollouts_get(c, req, id); break;
+    case OP_ROLLOUT_ADVANCE: api_rollouts_act(c, req, id, "advance"); break;
+    case OP_ROLLOUT_PAUSE: api_rollouts_act(c, req, id, "pause"); break;
+    case OP_ROLLOUT_RESUME: api_rollouts_act(c, req, id, "resume"); break;
+    case OP_ROLLOUT_ABORT: api_rollouts_act(c, req, id, "abort"); break;
     }
     return rt->metric;
 }
@@ -158,6 +165,9 @@ http_fast_rc coord_fast(http_req *req, void *app)
     if (kind < 0) return HTTP_PASS;
     http_req_set_tag(req, (int)rt->metric + 1);
     if (!authorized(c, req)) return HTTP_HANDLED;
+    /* Here, so both paths (and a retry on the blocking one) see the
+     * version's model and the request is counted for one version once. */
+    api_rollout_route(c, req);
     return api_openai_fast(c, req, kind);
 }
 
@@ -168,7 +178,7 @@ void coord_handle(http_req *req, void *app)
 
 void coord_observe(http_req *req, int status, int64_t dur_us, void *app)
 {
-    (void)app;
+    api_rollout_observe(app, req, status, dur_us);
     /* Tags are route + 1, so an untagged answer (e.g. an early 413) is "other". */
     int tag = http_req_tag(req);
     metrics_observe(tag > 0 ? (metrics_route)(tag - 1) : ROUTE_OTHER, status, dur_us);

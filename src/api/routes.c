@@ -41,6 +41,13 @@ static const api_route ROUTES[] = {
     {"POST", "/v1/pipelines/{name}", OP_PIPELINE_CALL, AUTH_CLIENT, ROUTE_APPS, 0},
     {"GET", "/v1/pipelines/runs/{id}", OP_PIPELINE_RUN_GET, AUTH_CLIENT, ROUTE_APPS, 0},
     {"DELETE", "/v1/pipelines/runs/{id}", OP_PIPELINE_RUN_CANCEL, AUTH_CLIENT, ROUTE_APPS, 0},
+    {"POST", "/v1/rollouts", OP_ROLLOUTS_CREATE, AUTH_ADMIN, ROUTE_ROLLOUTS, 0},
+    {"GET", "/v1/rollouts", OP_ROLLOUTS_LIST, AUTH_CLIENT, ROUTE_ROLLOUTS, 0},
+    {"GET", "/v1/rollouts/{name}", OP_ROLLOUT_GET, AUTH_CLIENT, ROUTE_ROLLOUTS, 0},
+    {"POST", "/v1/rollouts/{name}/advance", OP_ROLLOUT_ADVANCE, AUTH_ADMIN, ROUTE_ROLLOUTS, 0},
+    {"POST", "/v1/rollouts/{name}/pause", OP_ROLLOUT_PAUSE, AUTH_ADMIN, ROUTE_ROLLOUTS, 0},
+    {"POST", "/v1/rollouts/{name}/resume", OP_ROLLOUT_RESUME, AUTH_ADMIN, ROUTE_ROLLOUTS, 0},
+    {"POST", "/v1/rollouts/{name}/abort", OP_ROLLOUT_ABORT, AUTH_ADMIN, ROUTE_ROLLOUTS, 0},
 };
 #define NROUTES (sizeof ROUTES / sizeof ROUTES[0])
 

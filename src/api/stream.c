@@ -40,6 +40,7 @@ typedef struct session {
     int urgent;                /* for the budget's check when a continuation would go out */
     cache_stream *collect;     /* the answer so far, to store; NULL when not storing */
     api_session turn;          /* a conversation session's turn (inactive when none) */
+    int turn_committed;        /* stored on seeing the answer's end, before the client did */
 } session;
 
 static void session_free(session *s)
@@ -61,6 +62,12 @@ static void tap(void *ctx, const char *events, size_t len)
 {
     session *s = ctx;
     s->events += sse_collect_text(events, len, &s->text);
+    /* The end of the answer: store the turn now, before the client reads
+     * it and sends the next one. */
+    if (s->turn.active && !s->turn_committed && memmem(events, len, "data: [DONE]", 12)) {
+        api_session_commit(s->c, &s->turn, NULL, s->text.data ? s->text.data : "", s->text.len);
+        s->turn_committed = 1;
+    }
     /* Stop collecting as soon as the answer can no longer be stored. */
     if (s->collect && cache_stream_feed(s->collect, events, len)) {
         cache_stream_free(s->collect);
@@ -167,7 +174,7 @@ static void finished(void *ctx, const relay_outcome *o)
         api_cache_store_json(s->c, &s->cache, completion);
         json_decref(completion);
     }
-    if (s->turn.active && o->status == 200 && !o->upstream_failed && !o->client_gone)
+    if (s->turn.active && !s->turn_committed && o->status == 200 && !o->upstream_failed && !o->client_gone)
         api_session_commit(s->c, &s->turn, NULL, s->text.data ? s->text.data : "", s->text.len);
     session_free(s);
 }

@@ -108,6 +108,11 @@ void api_tasks_create(coord *c, http_req *req)
         api_bad_request(req, "invalid_value", "Idempotency-Key", "the Idempotency-Key header must be 1 to 255 characters");
         goto out;
     }
+    char version_model[256];
+    if (api_rollout_task_model(c, req, json_string_value(model), input, version_model, sizeof version_model)) {
+        json_object_set_new(body, "model", json_string(version_model));
+        model = json_object_get(body, "model");
+    }
     in = json_deep_copy(input);
     json_object_set(in, "model", model);
     json_object_del(in, "stream");

@@ -14,5 +14,7 @@ int cmd_drain(int argc, char **argv);
 int cmd_undrain(int argc, char **argv);
 int cmd_forget(int argc, char **argv);
 int cmd_apps(int argc, char **argv);
+int cmd_rollout(int argc, char **argv);
+int cmd_compare(int argc, char **argv);
 
 #endif

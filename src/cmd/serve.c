@@ -14,6 +14,7 @@
 #include "api/track.h"
 #include "apps/appcfg.h"
 #include "apps/runner.h"
+#include "api/rollout_table.h"
 #include "cmd/cmd.h"
 #include "http/client.h"
 #include "http/relay.h"
@@ -125,6 +126,12 @@ static void usage(FILE *f)
             "  --field-case camel|snake  the field names /v1 calls read and answer by default (default snake)\n"
             "  --port-file FILE          write the bound port here once listening\n"
             "  --config FILE             read options from FILE (key = value lines)\n");
+}
+
+/* A task attempt's outcome, for the rollouts of its model. */
+static void task_outcome(void *rollouts, const char *model, int ok, double total_ms)
+{
+    rollout_table_model_outcome(rollouts, model, !ok, total_ms);
 }
 
 static int parse_double(const char *s, double lo, double hi, double *out)
@@ -509,6 +516,7 @@ int cmd_serve(int argc0, char **argv0)
     track_cfg_init(&o.track);
     apps_cfg *apps = NULL;
     app_runner *runner = NULL;
+    rollout_table *rollouts = NULL;
     if (parse(argc, argv, &o)) goto done;
     o.cc.cache.ttl_ms = (int64_t)o.cache_ttl_s * 1000;
     o.cc.cache.max_bytes = (size_t)o.cache_max_bytes;
@@ -555,6 +563,8 @@ int cmd_serve(int argc0, char **argv0)
     if (!st) { fprintf(stderr, "gpupool serve: %s\n", err); goto done; }
     int back = store_requeue_running(st);
     if (back > 0) log_info("%d task(s) were running when the coordinator stopped; queued again", back);
+    rollouts = rollout_table_open(st, err, sizeof err);
+    if (!rollouts) { fprintf(stderr, "gpupool serve: %s\n", err); goto done; }
 
     registry_cfg rc_cfg = {.join_token = token, .allow = o.allow, .heartbeat_ms = o.heartbeat_ms,
                            .missed_beats = (int)o.missed, .token_ttl_ms = o.token_ttl_s * 1000,
@@ -563,7 +573,7 @@ int cmd_serve(int argc0, char **argv0)
     reg = registry_new(&rc_cfg);
     dispatch_cfg dc = {.st = st, .reg = reg, .max_attempts = o.cc.max_attempts, .task_timeout_ms = o.task_timeout_ms,
                        .queue = o.queue, .hedge_factor = o.hedge_factor, .hedge_min_ms = o.hedge_min_ms,
-                       .backoff_ms = o.backoff_ms};
+                       .backoff_ms = o.backoff_ms, .outcome = task_outcome, .outcome_ctx = rollouts};
     disp = dispatcher_start(&dc);
     if (!reg || !disp) { fprintf(stderr, "gpupool serve: cannot start the scheduler\n"); goto done; }
     registry_on_change(reg, (void (*)(void *))dispatcher_wake, disp);
@@ -609,7 +619,7 @@ int cmd_serve(int argc0, char **argv0)
     if (!runner) { fprintf(stderr, "gpupool serve: cannot start the app runner\n"); goto done; }
 
     coord c = {.cfg = o.cc, .st = st, .reg = reg, .disp = disp, .rules = rules, .cache = cache,
-               .track = track, .apps = apps, .runner = runner, .started_mono = mono_ms()};
+               .track = track, .apps = apps, .runner = runner, .rollouts = rollouts, .started_mono = mono_ms()};
     http_server_opts ho = {.listen = o.listen, .max_body = o.max_body, .fast = coord_fast, .handler = coord_handle,
                            .observe = coord_observe, .answer = coord_answer, .app = &c};
     srv = http_server_start(&ho, err, sizeof err);
@@ -656,6 +666,7 @@ done:
     dispatcher_stop(disp);
     runner_free(runner);
     apps_cfg_free(apps);
+    rollout_table_close(rollouts);
     registry_free(reg);
     store_close(st);
     detect_rules_free(rules);

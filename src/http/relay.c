@@ -133,12 +133,16 @@ static int up_data(void *ctx, const char *p, size_t n)
     if (!gone && r->framing) {
         buf_append(&r->pending, p, n);
         wlen = events_end(r->pending.data, r->pending.len);
-        if (wlen) {
+        /* The tap sees events before the client can read them, so what it
+         * records of an answer (a conversation's turn) is there before the
+         * client, having read the end, asks its next question. */
+        if (wlen && r->rs.tap && (whole = malloc(wlen))) {
+            memcpy(whole, r->pending.data, wlen);
+        } else if (wlen) {
             buf_append(&r->data, r->pending.data, wlen);
             r->relayed += wlen;
-            if (r->rs.tap && (whole = malloc(wlen))) memcpy(whole, r->pending.data, wlen);
-            buf_consume(&r->pending, wlen);
         }
+        if (wlen) buf_consume(&r->pending, wlen);
         r->out.bytes += n;
         pthread_cond_broadcast(&r->cv);
     } else if (!gone) {
@@ -146,12 +150,19 @@ static int up_data(void *ctx, const char *p, size_t n)
         r->out.bytes += n;
         pthread_cond_broadcast(&r->cv);
     }
-    http_waker *w = r->waker;
     pthread_mutex_unlock(&r->mu);
     if (whole) {
         r->rs.tap(r->rs.ctx, whole, wlen);
+        pthread_mutex_lock(&r->mu);
+        buf_append(&r->data, whole, wlen);
+        r->relayed += wlen;
+        pthread_cond_broadcast(&r->cv);
+        pthread_mutex_unlock(&r->mu);
         free(whole);
     }
+    pthread_mutex_lock(&r->mu);
+    http_waker *w = r->waker;
+    pthread_mutex_unlock(&r->mu);
     http_stream_wake(w);
     return gone;
 }

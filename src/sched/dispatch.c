@@ -307,6 +307,7 @@ static void *exec_thread(void *arg)
         call_sample s = {.total_ms = (double)(mono_us() - t0) / 1000.0};
         if (ok) call_sample_parse_answer(&s, e->out.data, e->out.len);
         registry_observe(d->cfg.reg, &e->lease, ok, &s, mono_ms());
+        if (d->cfg.outcome) d->cfg.outcome(d->cfg.outcome_ctx, e->lease.model, ok, s.total_ms);
     }
     int served = rc == 0 && registry_status_served(res.status);
     http_result_free(&res);

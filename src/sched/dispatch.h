@@ -31,6 +31,10 @@ typedef struct dispatch_cfg {
     double hedge_factor;       /* start a second attempt past this x the estimate; 0 = never */
     int64_t hedge_min_ms;      /* never before this long */
     int64_t backoff_ms;        /* first retry delay; doubles per attempt, up to 32x */
+    /* Optional: each attempt's outcome for its model (ok = the node did
+     * its job), e.g. for the rollouts judging a version. */
+    void (*outcome)(void *ctx, const char *model, int ok, double total_ms);
+    void *outcome_ctx;
 } dispatch_cfg;
 
 dispatcher *dispatcher_start(const dispatch_cfg *cfg);

@@ -1,6 +1,6 @@
 /* store/sqlite.c: the SQLite implementation of store.h.
  *
- * Owns dir/gpupool.db: its schema (versioned with PRAGMA user_version), the
+ * Owns dir/gpupool.db: its schema (store/schema.c, versioned with PRAGMA user_version), the
  * tasks and attempts tables, and every state transition of a task.  One
  * connection in WAL mode with synchronous=FULL, so a committed write survives
  * kill -9 and power loss.  A pthread mutex serialises all use of the
@@ -29,72 +29,6 @@
 enum { Q_QUEUED, Q_RUNNING, Q_SUCCEEDED, Q_FAILED, Q_CANCELED };
 static const char *const STATUS[5] = {"queued", "running", "succeeded", "failed", "canceled"};
 
-static const char SCHEMA[] =
-    "CREATE TABLE IF NOT EXISTS tasks("
-    " id TEXT PRIMARY KEY NOT NULL,"
-    " type TEXT NOT NULL,"
-    " model TEXT NOT NULL,"
-    " priority INTEGER NOT NULL DEFAULT 0,"
-    " status TEXT NOT NULL"
-    "  CHECK(status IN ('queued','running','succeeded','failed','canceled')),"
-    " node TEXT,"
-    " attempts INTEGER NOT NULL DEFAULT 0,"
-    " max_attempts INTEGER NOT NULL DEFAULT 1,"
-    " input_json TEXT NOT NULL,"
-    " result_json TEXT,"
-    " error_code TEXT,"
-    " error_message TEXT,"
-    " idem_key TEXT UNIQUE," /* NULLs never collide */
-    " body_hash TEXT,"
-    " created_ms INTEGER NOT NULL,"
-    " started_ms INTEGER NOT NULL DEFAULT 0,"
-    " finished_ms INTEGER NOT NULL DEFAULT 0,"
-    " owner TEXT NOT NULL DEFAULT '',"
-    " prompt_tokens REAL NOT NULL DEFAULT 0,"
-    " max_tokens REAL NOT NULL DEFAULT 0,"
-    " sensitivity TEXT NOT NULL DEFAULT 'normal',"
-    " route_rule TEXT,"
-    " batch_id TEXT,"     /* NULL unless the task is an item of a batch */
-    " batch_index INTEGER,"
-    " custom_id TEXT);"
-    /* rowid is implicitly the last column of every index, so this one gives
-     * the full dispatch order (status, priority DESC, created_ms, rowid). */
-    "CREATE INDEX IF NOT EXISTS tasks_dispatch ON tasks(status, priority DESC, created_ms ASC);"
-    "CREATE INDEX IF NOT EXISTS tasks_created ON tasks(created_ms);"
-    "CREATE TABLE IF NOT EXISTS attempts("
-    " task_id TEXT NOT NULL REFERENCES tasks(id) ON DELETE CASCADE,"
-    " attempt INTEGER NOT NULL,"
-    " node TEXT NOT NULL,"
-    " started_ms INTEGER NOT NULL,"
-    " ended_ms INTEGER NOT NULL DEFAULT 0,"
-    " outcome TEXT," /* NULL while the attempt is open */
-    " message TEXT,"
-    " PRIMARY KEY(task_id, attempt)) WITHOUT ROWID;"
-    /* store/batches.c: a batch is this row plus its items, ordinary tasks. */
-    "CREATE INDEX IF NOT EXISTS tasks_batch ON tasks(batch_id, batch_index) WHERE batch_id IS NOT NULL;"
-    "CREATE TABLE IF NOT EXISTS batches("
-    " id TEXT PRIMARY KEY NOT NULL,"
-    " type TEXT NOT NULL,"
-    " model TEXT NOT NULL,"
-    " priority INTEGER NOT NULL,"
-    " total INTEGER NOT NULL,"
-    " idem_key TEXT UNIQUE,"
-    " body_hash TEXT,"
-    " owner TEXT NOT NULL DEFAULT '',"
-    " created_ms INTEGER NOT NULL,"
-    " cancelled_ms INTEGER NOT NULL DEFAULT 0);"
-    "CREATE INDEX IF NOT EXISTS batches_created ON batches(created_ms);"
-    /* From version 5: conversation sessions (store/sessions.c), and what
-     * each API key spent on the cloud per local day (store/spend.c). */
-    STORE_SESSIONS_SCHEMA
-    "CREATE TABLE IF NOT EXISTS cloud_spend("
-    " day TEXT NOT NULL,"
-    " owner TEXT NOT NULL,"
-    " requests INTEGER NOT NULL DEFAULT 0,"
-    " tokens INTEGER NOT NULL DEFAULT 0,"
-    " cost REAL NOT NULL DEFAULT 0,"
-    " PRIMARY KEY(day, owner)) WITHOUT ROWID;";
-
 #define TASK_COLS                                                                   \
     "SELECT id,type,model,status,node,input_json,result_json,error_code,error_message," \
     "sensitivity,route_rule,batch_id,"                                                  \
@@ -105,23 +39,6 @@ enum {
     ST_LIST_STATUS, ST_CLAIM, ST_ATT_NEW, ST_FINISH, ST_ATT_END, ST_ATT_CLOSE,
     ST_REQUEUE, ST_CANCEL, ST_RQ_ATT, ST_RQ_ALL, ST_COUNTS, ST_ATTEMPTS, ST_AHEAD, ST_QUEUED, ST_HEDGE, ST_ATT_OPEN, ST_N
 };
-
-/* From version 1: the fields the queue orders by. */
-static const char MIGRATE_1_2[] =
-    "ALTER TABLE tasks ADD COLUMN owner TEXT NOT NULL DEFAULT '';"
-    "ALTER TABLE tasks ADD COLUMN prompt_tokens REAL NOT NULL DEFAULT 0;"
-    "ALTER TABLE tasks ADD COLUMN max_tokens REAL NOT NULL DEFAULT 0;";
-/* From version 2: the task's classification, which binds every attempt. */
-static const char MIGRATE_2_3[] =
-    "ALTER TABLE tasks ADD COLUMN sensitivity TEXT NOT NULL DEFAULT 'normal';"
-    "ALTER TABLE tasks ADD COLUMN route_rule TEXT;";
-
-/* From version 3: batches (the table and index come with SCHEMA).  From
- * version 5: sessions and cloud_spend, which come with SCHEMA alone. */
-static const char MIGRATE_3_4[] =
-    "ALTER TABLE tasks ADD COLUMN batch_id TEXT;"
-    "ALTER TABLE tasks ADD COLUMN batch_index INTEGER;"
-    "ALTER TABLE tasks ADD COLUMN custom_id TEXT;";
 
 static const char *const SQL[ST_N] = {
     [ST_BEGIN] = "BEGIN IMMEDIATE",
@@ -332,15 +249,15 @@ static int setup(store *s, const char *path, char *err, size_t errlen) {
     }
     if (ver == 1) {
         step = "upgrade the schema from version 1";
-        if (sqlite3_exec(s->db, MIGRATE_1_2, NULL, NULL, NULL) != SQLITE_OK) goto fail;
+        if (sqlite3_exec(s->db, STORE_MIGRATE_1_2, NULL, NULL, NULL) != SQLITE_OK) goto fail;
     }
     if (ver >= 1 && ver <= 2) {
         step = "upgrade the schema from version 2";
-        if (sqlite3_exec(s->db, MIGRATE_2_3, NULL, NULL, NULL) != SQLITE_OK) goto fail;
+        if (sqlite3_exec(s->db, STORE_MIGRATE_2_3, NULL, NULL, NULL) != SQLITE_OK) goto fail;
     }
     if (ver >= 1 && ver <= 3) {
         step = "upgrade the schema from version 3";
-        if (sqlite3_exec(s->db, MIGRATE_3_4, NULL, NULL, NULL) != SQLITE_OK) goto fail;
+        if (sqlite3_exec(s->db, STORE_MIGRATE_3_4, NULL, NULL, NULL) != SQLITE_OK) goto fail;
     }
     if (ver < 5) {
         /* From version 4: app and pipeline runs (store/runs.c). */
@@ -348,11 +265,14 @@ static int setup(store *s, const char *path, char *err, size_t errlen) {
         if (sqlite3_exec(s->db, STORE_RUNS_SCHEMA, NULL, NULL, NULL) != SQLITE_OK) goto fail;
     }
     if (ver < SCHEMA_VERSION) {
-        char sql[sizeof SCHEMA + 96];
-        snprintf(sql, sizeof sql, "BEGIN IMMEDIATE; %s PRAGMA user_version=%d; COMMIT;", SCHEMA,
-                 SCHEMA_VERSION);
+        size_t sqlcap = strlen(STORE_SCHEMA) + 96;
+        char *sql = malloc(sqlcap);
+        if (!sql) goto fail;
+        snprintf(sql, sqlcap, "BEGIN IMMEDIATE; %s PRAGMA user_version=%d; COMMIT;", STORE_SCHEMA, SCHEMA_VERSION);
         step = "create schema";
-        if (sqlite3_exec(s->db, sql, NULL, NULL, NULL) != SQLITE_OK) {
+        int rc = sqlite3_exec(s->db, sql, NULL, NULL, NULL);
+        free(sql);
+        if (rc != SQLITE_OK) {
             err_out(err, errlen, "store: %s: %s: %s", path, step, sqlite3_errmsg(s->db));
             sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
             return -1;

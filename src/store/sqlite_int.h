@@ -51,5 +51,8 @@ json_t *store_json_ms(int64_t v);
 
 /* The runs tables (store/runs.c), created by schema version 5. */
 extern const char STORE_RUNS_SCHEMA[];
+/* store/schema.c: every table, and the steps from older versions. */
+extern const char STORE_SCHEMA[];
+extern const char STORE_MIGRATE_1_2[], STORE_MIGRATE_2_3[], STORE_MIGRATE_3_4[];
 
 #endif

@@ -233,4 +233,11 @@ int store_run_stage_set(store *s, const char *id, int idx, const json_t *fields)
  * stage's task ("" when none), whose call is the caller's to stop.
  * STORE_STALE when the run had already ended. */
 int store_run_cancel(store *s, const char *id, int64_t now_ms, char task_id[64]);
+/* ---- rollouts (store/rollouts.c) ----------------------------------------
+ * A rollout is kept whole as its JSON view (sched/rollout), one row per name:
+ * a new rollout under a finished one's name replaces it. */
+int store_rollout_put(store *s, const char *name, const char *rollout_json, int64_t updated_ms);
+/* Every stored rollout's JSON, oldest first; NULL on a database error. */
+json_t *store_rollout_all(store *s);
+
 #endif

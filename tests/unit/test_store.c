@@ -875,6 +875,27 @@ static void test_runs_roundtrip(void **state) {
     assert_int_equal(store_run_active(f->s, ids, 4), 0);
 }
 
+/* A rollout is one row per name: a second write replaces the first, and
+ * the rows come back whole after a reopen, oldest first. */
+static void test_rollouts_kept_by_name(void **state) {
+    fx *f = *state;
+    json_t *none = store_rollout_all(f->s);
+    assert_int_equal(json_array_size(none), 0);
+    json_decref(none);
+    assert_int_equal(store_rollout_put(f->s, "chat", "{\"name\":\"chat\",\"state\":\"running\"}", 10), STORE_OK);
+    assert_int_equal(store_rollout_put(f->s, "embed", "{\"name\":\"embed\"}", 20), STORE_OK);
+    assert_int_equal(store_rollout_put(f->s, "chat", "{\"name\":\"chat\",\"state\":\"rolled_back\"}", 30), STORE_OK);
+    store_close(f->s);
+    char err[256] = "";
+    f->s = store_open(f->dir, err, sizeof err);
+    assert_non_null(f->s);
+    json_t *all = store_rollout_all(f->s);
+    assert_int_equal(json_array_size(all), 2);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(all, 0), "name")), "embed");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(all, 1), "state")), "rolled_back");
+    json_decref(all);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
 int main(void) {
@@ -907,6 +928,7 @@ int main(void) {
         T(test_hedged_attempt_first_result_wins),
         T(test_hedged_attempt_failures),
         T(test_upgrade_from_schema_1),
+        T(test_rollouts_kept_by_name),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
