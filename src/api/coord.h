@@ -39,6 +39,7 @@ typedef struct coord {
     dispatcher *disp;
     const struct detect_rules *rules; /* sensitive-data detectors (policy/detect) */
     semcache *cache;                  /* the semantic cache (api/cache); NULL when off */
+    const struct catalog *catalog;    /* the model catalogue (--catalog); NULL when none */
     int64_t started_mono;
 } coord;
 

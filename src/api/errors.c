@@ -13,6 +13,7 @@ static const api_error_code CODES[] = {
     {"idempotency_key_reused", 409}, {"task_finished", 409}, {"batch_finished", 409}, {"node_live", 409}, {"body_too_large", 413},
     {"queue_full", 429}, {"store_error", 500}, {"no_node_answered", 502}, {"no_capacity", 503},
     {"insufficient_vram", 503}, {"store_unavailable", 503}, {"no_trusted_capacity", 503},
+    {"model_mismatch", 503},
     {"upstream_interrupted", 0},
 };
 

@@ -11,6 +11,7 @@
 #include "api/coord.h"
 #include "api/errors.h"
 #include "api/validate.h"
+#include "catalog/catalog.h"
 #include "http/client.h"
 #include "api/stream.h"
 #include "policy/classify.h"
@@ -89,6 +90,21 @@ typedef struct prepared {
     reg_request rq;
 } prepared;
 
+/* A catalogue alias becomes the entry's name, in model and in the body the
+ * node gets (engines know only the name).  0, or -1 after answering. */
+static int resolve_alias(coord *c, http_req *req, json_t *body, char *model, size_t len)
+{
+    const char *name = catalog_resolve(c->catalog, model);
+    if (!name || !strcmp(name, model)) return 0;
+    snprintf(model, len, "%s", name);
+    json_object_set_new(body, "model", json_string(name));
+    char *text = json_dumps(body, JSON_COMPACT);
+    int rc = text ? http_req_replace_body(req, text, strlen(text)) : -1;
+    free(text);
+    if (rc) api_server_error(req, 503, "no_capacity", "out of memory");
+    return rc ? -1 : 0;
+}
+
 /* Returns 0, or -1 after answering the client (and then owns nothing). */
 static int prepare(coord *c, http_req *req, api_kind kind, prepared *p)
 {
@@ -102,6 +118,10 @@ static int prepare(coord *c, http_req *req, api_kind kind, prepared *p)
         return -1;
     }
     snprintf(p->model, sizeof p->model, "%s", json_string_value(json_object_get(body, "model")));
+    if (resolve_alias(c, req, body, p->model, sizeof p->model)) {
+        json_decref(body);
+        return -1;
+    }
     p->stream = json_is_true(json_object_get(body, "stream"));
     if (classify_request(c->rules, body, http_req_header(req, "X-Gpupool-Sensitivity"), coord_key_private(c, req),
                          &p->cls)) {
@@ -113,6 +133,14 @@ static int prepare(coord *c, http_req *req, api_kind kind, prepared *p)
     if (!registry_model_known(c->reg, p->model)) {
         api_error(req, 404, "invalid_request_error", "model_not_found", "model",
                   "the model '%s' is not served by any node in the pool", p->model);
+        json_decref(body);
+        return -1;
+    }
+    char blocked[400];
+    if (registry_model_blocked(c->reg, p->model, blocked, sizeof blocked)) {
+        api_server_error(req, 503, "model_mismatch",
+                         "no node holds the catalogue's file for '%s' (sha256 %.12s…): %s; it was not sent anywhere",
+                         p->model, catalog_find(c->catalog, p->model)->sha256, blocked);
         json_decref(body);
         return -1;
     }
@@ -131,6 +159,8 @@ static int prepare(coord *c, http_req *req, api_kind kind, prepared *p)
                           .payload_bytes = (double)len,
                           .priority = prio && prio[0] >= '0' && prio[0] <= '9' && !prio[1] ? prio[0] - '0' : 5,
                           .trusted_only = p->cls.is_private};
+    const cat_entry *entry = catalog_find(c->catalog, p->model);
+    if (entry && entry->trust == CAT_TRUST_TRUSTED) p->rq.trusted_only = 1;
     p->body = body;
     return 0;
 }

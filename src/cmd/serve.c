@@ -19,6 +19,7 @@
 #include "util/ids.h"
 #include "util/log.h"
 #include "util/opts.h"
+#include "catalog/catalog.h"
 
 typedef struct serve_opts {
     const char *listen, *data, *join_token, *join_token_file, *keys_file, *port_file;
@@ -38,6 +39,7 @@ typedef struct serve_opts {
     int cache_on;
     int64_t cache_max_bytes;
     long cache_ttl_s;
+    const char *catalog_file;
 } serve_opts;
 
 static void usage(FILE *f)
@@ -65,6 +67,8 @@ static void usage(FILE *f)
             "  --breaker-cooldown-ms N   first pause before probing it again; doubles (default 5000)\n"
             "  --task-timeout-ms N       longest run of one task attempt (default 600000)\n"
             "  --models-dir DIR          GGUF files that POST /v1/plan may read\n"
+            "  --catalog FILE            the model catalogue (JSON, see docs/models.md): names, aliases,\n"
+            "                            engines, files and their sha256, defaults, per-node overrides\n"
             "  --admin-key KEY           an API key that may also drain and forget nodes (repeatable;\n"
             "                            or GPUPOOL_ADMIN_KEYS); without any key everyone may\n"
             "  --placement POLICY        gpupool (default), round-robin or least-connections\n"
@@ -220,6 +224,7 @@ static int parse(int argc, char **argv, serve_opts *o)
         {"envelope-origin", 1, 0, 'O'}, {"field-case", 1, 0, 'z'},
         {"cache", 1, 0, 256}, {"cache-threshold", 1, 0, 257}, {"cache-max-bytes", 1, 0, 258},
         {"cache-ttl-s", 1, 0, 259}, {"cache-turns", 1, 0, 260}, {"cache-max-temperature", 1, 0, 261},
+        {"catalog", 1, 0, 262},
         {"help", 0, 0, 'H'}, {0, 0, 0, 0}};
     long v;
     double f;
@@ -339,6 +344,7 @@ static int parse(int argc, char **argv, serve_opts *o)
             break;
         case 'p': o->port_file = optarg; break;
         case 'M': o->cc.models_dir = optarg; break;
+        case 262: o->catalog_file = optarg; break;
         case 'H': usage(stdout); exit(0);
         default: usage(stderr); return -1;
         }
@@ -400,6 +406,7 @@ int cmd_serve(int argc0, char **argv0)
     http_server *srv = NULL;
     detect_rules *rules = NULL;
     semcache *cache = NULL;
+    catalog *cat = NULL;
     if (parse(argc, argv, &o)) goto done;
     o.cc.cache.ttl_ms = (int64_t)o.cache_ttl_s * 1000;
     o.cc.cache.max_bytes = (size_t)o.cache_max_bytes;
@@ -449,6 +456,11 @@ int cmd_serve(int argc0, char **argv0)
     disp = dispatcher_start(&dc);
     if (!reg || !disp) { fprintf(stderr, "gpupool serve: cannot start the scheduler\n"); goto done; }
     registry_on_change(reg, (void (*)(void *))dispatcher_wake, disp);
+    if (o.catalog_file) {
+        if (!(cat = catalog_load(o.catalog_file, err, sizeof err))) { fprintf(stderr, "gpupool serve: --catalog %s\n", err); goto done; }
+        registry_set_catalog(reg, cat);
+        log_info("model catalogue %s: %d model(s)", o.catalog_file, cat->n);
+    }
     for (int i = 0; i < o.nclouds; i++)
         if (add_cloud(reg, o.clouds[i], mono_ms())) goto done;
     rules = detect_rules_new(o.keywords, o.regexes, err, sizeof err);
@@ -469,7 +481,7 @@ int cmd_serve(int argc0, char **argv0)
     }
 
     coord c = {.cfg = o.cc, .st = st, .reg = reg, .disp = disp, .rules = rules, .cache = cache,
-               .started_mono = mono_ms()};
+               .started_mono = mono_ms(), .catalog = cat};
     http_server_opts ho = {.listen = o.listen, .max_body = o.max_body, .fast = coord_fast, .handler = coord_handle,
                            .observe = coord_observe, .answer = coord_answer, .app = &c};
     srv = http_server_start(&ho, err, sizeof err);
@@ -506,6 +518,7 @@ done:
     http_server_stop(srv);
     dispatcher_stop(disp);
     registry_free(reg);
+    catalog_free(cat);
     store_close(st);
     detect_rules_free(rules);
     semcache_close(cache);
