@@ -67,6 +67,10 @@ typedef struct worker {
     int64_t settle_until_ms;    /* an engine stopped: its VRAM may still be on its way back */
     int stopping;
     pthread_t thread;
+    /* the catalogue the coordinator sent (worker/wcatalog), guarded by mu */
+    struct wcatalog *catalog;
+    pthread_t hasher;           /* hashes model files off the heartbeat path */
+    int hasher_started, hasher_running;
 } worker;
 
 int worker_agent_start(worker *w);

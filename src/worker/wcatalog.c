@@ -1,0 +1,273 @@
+/* worker/wcatalog: see wcatalog.h. */
+#include "worker/wcatalog.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+
+#include "util/clock.h"
+#include "util/err.h"
+#include "util/log.h"
+#include "util/opts.h"
+#include "worker/filehash.h"
+
+#define WCAT_MAX 64
+
+/* A catalogue entry this worker did not turn into an engine of its own:
+ * one it only reports (Ollama, vLLM), or one whose file is not here. */
+typedef struct wcat_other {
+    char name[128];
+    char engine[16];
+    char tag[256];       /* ollama: its tag */
+    char error[300];     /* why it could not become an engine; "" for the reported kinds */
+} wcat_other;
+
+typedef struct wcatalog {
+    char etag[24];
+    wcat_other other[WCAT_MAX];
+    int nother;
+} wcatalog;
+
+static const char *str(json_t *o, const char *k)
+{
+    const char *s = json_string_value(json_object_get(o, k));
+    return s ? s : "";
+}
+
+/* Appends to out; *n past outlen afterwards means it did not fit. */
+static void append(char *out, size_t outlen, size_t *n, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void append(char *out, size_t outlen, size_t *n, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int w = vsnprintf(out + (*n < outlen ? *n : outlen), *n < outlen ? outlen - *n : 0, fmt, ap);
+    va_end(ap);
+    *n += w > 0 ? (size_t)w : 0;
+}
+
+int wcat_load_spec(json_t *entry, char *out, size_t outlen, char *err, size_t errlen)
+{
+    const char *name = str(entry, "name"), *kind = str(entry, "engine"), *gguf = str(entry, "gguf");
+    if (strcmp(kind, "llama-server") && strcmp(kind, "command"))
+        return err_out(err, errlen, "engine %s is not started by the worker", *kind ? kind : "(none)");
+    if (!*name || strpbrk(name, "=, ") || strlen(name) >= 128) return err_out(err, errlen, "not a model name '%.60s'", name);
+    if (!*gguf || strchr(gguf, ',')) return err_out(err, errlen, "%s: no GGUF file a --load spec can name", name);
+    size_t n = 0;
+    append(out, outlen, &n, "%s=%s", name, gguf);
+    json_int_t ctx = json_integer_value(json_object_get(entry, "ctx"));
+    json_int_t par = json_integer_value(json_object_get(entry, "parallel"));
+    const char *ctk = str(entry, "cache_type_k"), *ctv = str(entry, "cache_type_v");
+    json_t *ka = json_object_get(entry, "keep_alive_ms");
+    if (ctx > 0) append(out, outlen, &n, ",ctx=%lld", (long long)ctx);
+    if (par > 0) append(out, outlen, &n, ",parallel=%lld", (long long)par);
+    if (*ctk && !strpbrk(ctk, ",=")) append(out, outlen, &n, ",ctk=%s", ctk);
+    if (*ctv && !strpbrk(ctv, ",=")) append(out, outlen, &n, ",ctv=%s", ctv);
+    if (json_is_integer(ka) && json_integer_value(ka) < 0) append(out, outlen, &n, ",keep-alive=-1");
+    else if (json_is_integer(ka)) append(out, outlen, &n, ",keep-alive=%lldms", (long long)json_integer_value(ka));
+    if (n >= outlen) return err_out(err, errlen, "%s: the entry is too long for a --load spec", name);
+    return 0;
+}
+
+const char *wcat_state(int hash_state, const char *sha256, const char *want, int running)
+{
+    if (hash_state < 0) return "missing";
+    if (hash_state == 0) return "hashing";
+    if (want && *want && strcasecmp(want, sha256 ? sha256 : "")) return "mismatch";
+    return running ? "loaded" : "loadable";
+}
+
+/* Caller holds mu.  The started-on-demand engine for model, or NULL. */
+static managed_spec *managed_for(worker *w, const char *model)
+{
+    for (int i = 0; i < w->nengines; i++)
+        if (w->engines[i].managed && !strcmp(w->engines[i].managed->name, model)) return w->engines[i].managed;
+    return NULL;
+}
+
+static int exists_locked(worker *w, const char *model)
+{
+    pthread_mutex_lock(&w->mu);
+    int found = managed_for(w, model) != NULL;
+    pthread_mutex_unlock(&w->mu);
+    return found;
+}
+
+/* Turns one llama-server or command entry into an engine.  Its file is
+ * read (the planner sizes it), so this runs without mu. */
+static void add_engine(worker *w, json_t *entry, wcatalog *next)
+{
+    const char *name = str(entry, "name");
+    char spec[1400], err[600];
+    engine e;
+    wcat_other *o = next->nother < WCAT_MAX ? &next->other[next->nother] : NULL;
+    struct stat sb;
+    int rc = wcat_load_spec(entry, spec, sizeof spec, err, sizeof err);
+    if (!rc && stat(str(entry, "gguf"), &sb)) rc = err_out(err, sizeof err, "%s: no file %s on this node", name, str(entry, "gguf"));
+    if (!rc) rc = managed_parse(spec, &w->managed, &e, err, sizeof err);
+    if (!rc) {
+        managed_spec *m = e.managed;
+        if (!strcmp(str(entry, "engine"), "command"))
+            snprintf(m->engine_cmd, sizeof m->engine_cmd, "%s", str(entry, "command"));
+        snprintf(m->catalog_sha256, sizeof m->catalog_sha256, "%s", str(entry, "sha256"));
+        pthread_mutex_lock(&w->mu);
+        if (w->nengines < WORKER_MAX_ENGINES) {
+            w->engines[w->nengines++] = e;
+            log_info("catalogue model %s can be loaded here from %s: needs %llu MiB at %d context x %d slot(s)", name,
+                     m->gguf, (unsigned long long)(m->need_bytes >> 20), m->ctx, m->parallel);
+        } else {
+            rc = err_out(err, sizeof err, "%s: this worker runs %d engines already", name, WORKER_MAX_ENGINES);
+            free(m);
+        }
+        pthread_mutex_unlock(&w->mu);
+    }
+    if (rc && o) {
+        log_warn("catalogue model %s cannot be served here: %s", name, err);
+        snprintf(o->name, sizeof o->name, "%s", name);
+        snprintf(o->engine, sizeof o->engine, "%s", str(entry, "engine"));
+        snprintf(o->error, sizeof o->error, "%.299s", err);
+        next->nother++;
+    }
+}
+
+void wcat_take(worker *w, json_t *answer)
+{
+    json_t *models = json_object_get(answer, "catalog");
+    const char *etag = str(answer, "catalog_etag");
+    if (!json_is_array(models)) return;
+    wcatalog *next = calloc(1, sizeof *next);
+    if (!next) return;
+    snprintf(next->etag, sizeof next->etag, "%s", etag);
+    size_t i;
+    json_t *entry;
+    int added = 0;
+    json_array_foreach(models, i, entry) {
+        const char *name = str(entry, "name"), *kind = str(entry, "engine");
+        if (!*name) continue;
+        if (!strcmp(kind, "llama-server") || !strcmp(kind, "command")) {
+            if (exists_locked(w, name)) {
+                /* A --load of the same name, or this entry from an earlier
+                 * catalogue: it stays as it is; its file is still checked. */
+                pthread_mutex_lock(&w->mu);
+                managed_spec *m = managed_for(w, name);
+                if (m) snprintf(m->catalog_sha256, sizeof m->catalog_sha256, "%s", str(entry, "sha256"));
+                pthread_mutex_unlock(&w->mu);
+                continue;
+            }
+            add_engine(w, entry, next);
+            added++;
+        } else if (next->nother < WCAT_MAX) {
+            wcat_other *o = &next->other[next->nother++];
+            snprintf(o->name, sizeof o->name, "%s", name);
+            snprintf(o->engine, sizeof o->engine, "%s", kind);
+            snprintf(o->tag, sizeof o->tag, "%s", str(entry, "ollama"));
+        }
+    }
+    pthread_mutex_lock(&w->mu);
+    wcatalog *old = w->catalog;
+    w->catalog = next;
+    pthread_mutex_unlock(&w->mu);
+    free(old);
+    log_info("model catalogue %s from the coordinator: %zu model(s), %d new here", etag, json_array_size(models), added);
+    wcat_hash_pending(w);
+}
+
+/* Caller holds mu.  Whether an engine this worker fronts lists model. */
+static int fronted(worker *w, const char *model)
+{
+    for (int i = 0; model && *model && i < w->nengines; i++)
+        if (!w->engines[i].managed && w->engines[i].healthy && engine_has_model(&w->engines[i], model)) return 1;
+    return 0;
+}
+
+void wcat_report_locked(worker *w, json_t *report)
+{
+    json_t *files = json_array();
+    for (int i = 0; i < w->nengines; i++) {
+        const managed_spec *m = w->engines[i].managed;
+        if (!m) continue;
+        const char *st = wcat_state(m->hash_state, m->sha256, m->catalog_sha256, w->engines[i].healthy);
+        json_t *f = json_pack("{s:s, s:s, s:s}", "model", m->name, "state", st, "file", m->gguf);
+        json_object_set_new(f, "sha256", m->hash_state > 0 ? json_string(m->sha256) : json_null());
+        json_array_append_new(files, f);
+    }
+    const wcatalog *c = w->catalog;
+    for (int i = 0; c && i < c->nother; i++) {
+        const wcat_other *o = &c->other[i];
+        int up = !o->error[0] && (fronted(w, o->name) || fronted(w, o->tag));
+        json_t *f = json_pack("{s:s, s:s, s:n}", "model", o->name, "state", up ? "loaded" : "missing", "sha256");
+        if (o->error[0]) json_object_set_new(f, "error", json_string(o->error));
+        json_array_append_new(files, f);
+    }
+    json_object_set_new(report, "model_files", files);
+    if (c) json_object_set_new(report, "catalog_etag", json_string(c->etag));
+}
+
+static void *hasher_thread(void *arg)
+{
+    worker *w = arg;
+    char cache[600];
+    snprintf(cache, sizeof cache, "%s/hashes.json", w->managed.data_dir);
+    if (make_dirs(w->managed.data_dir)) log_warn("cannot create %s: the file digests are not kept", w->managed.data_dir);
+    for (;;) {
+        char name[128] = "", file[512] = "";
+        pthread_mutex_lock(&w->mu);
+        for (int i = 0; i < w->nengines && !name[0] && !w->stopping; i++) {
+            const managed_spec *m = w->engines[i].managed;
+            if (!m || m->hash_state) continue;
+            snprintf(name, sizeof name, "%s", m->name);
+            snprintf(file, sizeof file, "%s", m->gguf);
+        }
+        if (!name[0]) w->hasher_running = 0;
+        pthread_mutex_unlock(&w->mu);
+        if (!name[0]) return NULL;
+        char sha[65], err[300];
+        uint64_t bytes = 0;
+        int64_t t0 = mono_ms();
+        int rc = filehash_get(cache, file, sha, &bytes, err, sizeof err);
+        pthread_mutex_lock(&w->mu);
+        managed_spec *m = managed_for(w, name);
+        if (m && !strcmp(m->gguf, file)) {
+            m->hash_state = rc ? -1 : 1;
+            snprintf(m->sha256, sizeof m->sha256, "%s", rc ? "" : sha);
+            if (rc) log_warn("cannot hash the file of %s: %s", name, err);
+            else if (m->catalog_sha256[0] && strcasecmp(m->catalog_sha256, sha))
+                log_warn("%s: %s is not the catalogue's file (sha256 %.12s..., the catalogue pins %.12s...); the "
+                         "pool sends this node no work for it", name, file, sha, m->catalog_sha256);
+            else log_info("%s: sha256 %.12s... (%llu MiB in %lld ms)", name, sha, (unsigned long long)(bytes >> 20),
+                          (long long)(mono_ms() - t0));
+        }
+        pthread_mutex_unlock(&w->mu);
+    }
+}
+
+void wcat_hash_pending(worker *w)
+{
+    pthread_mutex_lock(&w->mu);
+    int pending = 0;
+    for (int i = 0; i < w->nengines; i++) pending |= w->engines[i].managed && !w->engines[i].managed->hash_state;
+    int start = pending && !w->hasher_running && !w->stopping;
+    int join = start && w->hasher_started;
+    if (start) w->hasher_running = 1;
+    pthread_mutex_unlock(&w->mu);
+    if (!start) return;
+    if (join) pthread_join(w->hasher, NULL); /* the last one has finished */
+    w->hasher_started = pthread_create(&w->hasher, NULL, hasher_thread, w) == 0;
+    if (!w->hasher_started) {
+        pthread_mutex_lock(&w->mu);
+        w->hasher_running = 0;
+        pthread_mutex_unlock(&w->mu);
+    }
+}
+
+void wcat_stop(worker *w)
+{
+    if (w->hasher_started) pthread_join(w->hasher, NULL);
+    w->hasher_started = 0;
+    pthread_mutex_lock(&w->mu);
+    free(w->catalog);
+    w->catalog = NULL;
+    pthread_mutex_unlock(&w->mu);
+}
