@@ -17,6 +17,7 @@ static const struct {
     {"drain", cmd_drain, "stop sending a node new work (running work finishes)"},
     {"undrain", cmd_undrain, "let a drained node take work again"},
     {"forget", cmd_forget, "remove a node from the pool"},
+    {"models", cmd_models, "list the model catalogue and each node's state for every model"},
 };
 
 static void usage(FILE *f)
