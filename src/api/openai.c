@@ -160,7 +160,16 @@ static int prepare(coord *c, http_req *req, api_kind kind, prepared *p)
                           .priority = prio && prio[0] >= '0' && prio[0] <= '9' && !prio[1] ? prio[0] - '0' : 5,
                           .trusted_only = p->cls.is_private};
     const cat_entry *entry = catalog_find(c->catalog, p->model);
-    if (entry && entry->trust == CAT_TRUST_TRUSTED) p->rq.trusted_only = 1;
+    if (entry && entry->trust == CAT_TRUST_TRUSTED) {
+        if (!registry_model_trusted(c->reg, p->model)) {
+            api_server_error(req, 503, "no_trusted_capacity",
+                             "the catalogue keeps '%s' on trusted nodes and none serves it; it was not sent anywhere",
+                             p->model);
+            json_decref(body);
+            return -1;
+        }
+        p->rq.trusted_only = 1;
+    }
     p->body = body;
     return 0;
 }
