@@ -5,9 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "catalog/catalog.h"
 #include "api/coord.h"
 #include "api/errors.h"
 #include "api/validate.h"
+#include "catalog/catalog.h"
 #include "policy/classify.h"
 #include "util/clock.h"
 #include "util/ids.h"
@@ -81,6 +83,12 @@ void api_tasks_create(coord *c, http_req *req)
     if (!json_is_string(model) || !json_string_length(model)) {
         api_bad_request(req, "invalid_type", "model", "'model' must be a non-empty string");
         goto out;
+    }
+    /* A catalogue alias runs as the entry's name. */
+    const char *canonical = catalog_resolve(c->catalog, json_string_value(model));
+    if (canonical && strcmp(canonical, json_string_value(model))) {
+        json_object_set_new(body, "model", json_string(canonical));
+        model = json_object_get(body, "model");
     }
     if (!input) { api_bad_request(req, "missing_field", "input", "'input' is required"); goto out; }
     if (!json_is_object(input)) {

@@ -221,6 +221,18 @@ static void mismatched_file_never_gets_work(void **state)
     assert_int_equal(log_count(w2, "engine for alpha is up"), 0);
     assert_int_equal(log_count(w1, "engine for alpha is up"), 1);
 
+    /* An async task may name an alias too. */
+    long status = 0;
+    char *task = h_submit_task(&f->p, "{\"type\":\"chat\",\"model\":\"alpha-latest\",\"input\":{\"messages\":"
+                                      "[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":3}}", NULL, &status);
+    assert_int_equal(status, 202);
+    json_t *done = h_wait_task_final(&f->p, task, 15000);
+    assert_non_null(done);
+    assert_string_equal(json_string_value(json_object_get(done, "status")), "succeeded");
+    assert_string_equal(json_string_value(json_object_get(done, "model")), "alpha");
+    json_decref(done);
+    free(task);
+
     /* beta is only on the node whose file differs: refused, sent nowhere. */
     const char *betas[] = {"beta", "b"};
     for (int i = 0; i < 2; i++) {
