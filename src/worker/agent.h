@@ -69,8 +69,7 @@ typedef struct worker {
     pthread_t thread;
     /* the catalogue the coordinator sent (worker/wcatalog), guarded by mu */
     struct wcatalog *catalog;
-    pthread_t hasher;           /* hashes model files off the heartbeat path */
-    int hasher_started, hasher_running;
+    int hasher_running;         /* a thread hashes model files, off the heartbeat path */
 } worker;
 
 int worker_agent_start(worker *w);

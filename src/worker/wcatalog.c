@@ -73,9 +73,10 @@ int wcat_load_spec(json_t *entry, char *out, size_t outlen, char *err, size_t er
 
 const char *wcat_state(int hash_state, const char *sha256, const char *want, int running)
 {
+    if (!want || !*want) return running ? "loaded" : "loadable"; /* nothing to check */
     if (hash_state < 0) return "missing";
     if (hash_state == 0) return "hashing";
-    if (want && *want && strcasecmp(want, sha256 ? sha256 : "")) return "mismatch";
+    if (strcasecmp(want, sha256 ? sha256 : "")) return "mismatch";
     return running ? "loaded" : "loadable";
 }
 
@@ -205,6 +206,13 @@ void wcat_report_locked(worker *w, json_t *report)
     if (c) json_object_set_new(report, "catalog_etag", json_string(c->etag));
 }
 
+/* Only a file the catalogue pins is hashed: without a digest to compare
+ * with, reading a large model would tell nobody anything. */
+static int needs_hash(const managed_spec *m) { return m && !m->hash_state && m->catalog_sha256[0]; }
+
+/* Detached: a stopping worker does not wait for a large file to be read.
+ * After each file it looks at `stopping` under mu before touching the
+ * engines, which are freed only once the agent has stopped. */
 static void *hasher_thread(void *arg)
 {
     worker *w = arg;
@@ -216,7 +224,7 @@ static void *hasher_thread(void *arg)
         pthread_mutex_lock(&w->mu);
         for (int i = 0; i < w->nengines && !name[0] && !w->stopping; i++) {
             const managed_spec *m = w->engines[i].managed;
-            if (!m || m->hash_state) continue;
+            if (!needs_hash(m)) continue;
             snprintf(name, sizeof name, "%s", m->name);
             snprintf(file, sizeof file, "%s", m->gguf);
         }
@@ -228,6 +236,11 @@ static void *hasher_thread(void *arg)
         int64_t t0 = mono_ms();
         int rc = filehash_get(cache, file, sha, &bytes, err, sizeof err);
         pthread_mutex_lock(&w->mu);
+        if (w->stopping) {
+            w->hasher_running = 0;
+            pthread_mutex_unlock(&w->mu);
+            return NULL;
+        }
         managed_spec *m = managed_for(w, name);
         if (m && !strcmp(m->gguf, file)) {
             m->hash_state = rc ? -1 : 1;
@@ -247,25 +260,25 @@ void wcat_hash_pending(worker *w)
 {
     pthread_mutex_lock(&w->mu);
     int pending = 0;
-    for (int i = 0; i < w->nengines; i++) pending |= w->engines[i].managed && !w->engines[i].managed->hash_state;
+    for (int i = 0; i < w->nengines; i++) pending |= needs_hash(w->engines[i].managed);
     int start = pending && !w->hasher_running && !w->stopping;
-    int join = start && w->hasher_started;
     if (start) w->hasher_running = 1;
     pthread_mutex_unlock(&w->mu);
     if (!start) return;
-    if (join) pthread_join(w->hasher, NULL); /* the last one has finished */
-    w->hasher_started = pthread_create(&w->hasher, NULL, hasher_thread, w) == 0;
-    if (!w->hasher_started) {
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_t t;
+    if (pthread_create(&t, &attr, hasher_thread, w)) {
         pthread_mutex_lock(&w->mu);
         w->hasher_running = 0;
         pthread_mutex_unlock(&w->mu);
     }
+    pthread_attr_destroy(&attr);
 }
 
 void wcat_stop(worker *w)
 {
-    if (w->hasher_started) pthread_join(w->hasher, NULL);
-    w->hasher_started = 0;
     pthread_mutex_lock(&w->mu);
     free(w->catalog);
     w->catalog = NULL;

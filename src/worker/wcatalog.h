@@ -8,9 +8,10 @@
  * is reported missing.  Ollama and vLLM entries are only reported: loaded
  * when an engine this worker fronts lists the model, else missing.
  *
- * Every started-on-demand model's GGUF file is hashed once (worker/filehash,
- * DATA/hashes.json) on a thread of its own, never on the heartbeat path;
- * until then the model is reported "hashing".  Heartbeats carry per model
+ * Every started-on-demand model whose file the catalogue pins (its own
+ * entries, and a --load of the same name) has its GGUF hashed once
+ * (worker/filehash, DATA/hashes.json) on a thread of its own, never on the
+ * heartbeat path; until then the model is reported "hashing".  Heartbeats carry per model
  * its sha256 and a state: loaded, loadable, mismatch (not the catalogue's
  * file), missing or hashing.  The coordinator decides routing from the
  * digest; the worker's own state is for people.
@@ -31,7 +32,7 @@ void wcat_take(worker *w, json_t *answer);
 void wcat_report_locked(worker *w, json_t *report);
 /* Starts the hasher thread when a model file waits to be hashed. */
 void wcat_hash_pending(worker *w);
-/* Waits for the hasher and frees the catalogue, when the agent stops. */
+/* Frees the catalogue when the agent stops (a hash under way is abandoned). */
 void wcat_stop(worker *w);
 
 /* Pure, for tests.  The --load spec for one catalogue entry (as the
@@ -40,8 +41,8 @@ void wcat_stop(worker *w);
  * command entry, no file, or a name or path a spec cannot carry). */
 int wcat_load_spec(json_t *entry, char *out, size_t outlen, char *err, size_t errlen);
 /* A started-on-demand model's state from its hash (hash_state as in
- * managed_spec), the catalogue's digest ("" none) and whether its engine
- * is up. */
+ * managed_spec), the catalogue's digest ("" none: nothing is checked) and
+ * whether its engine is up. */
 const char *wcat_state(int hash_state, const char *sha256, const char *want, int running);
 
 #endif

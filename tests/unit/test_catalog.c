@@ -223,6 +223,7 @@ static void worker_state_of_a_model(void **state)
     assert_string_equal(wcat_state(1, SHA_A, SHA_A, 0), "loadable");
     assert_string_equal(wcat_state(1, SHA_A, SHA_A, 1), "loaded");
     assert_string_equal(wcat_state(1, SHA_B, "", 1), "loaded"); /* nothing pinned */
+    assert_string_equal(wcat_state(0, "", "", 0), "loadable"); /* nothing pinned: never hashed */
 }
 
 /* ---- placement: a node whose file differs is never chosen ---- */
