@@ -88,11 +88,13 @@ static int teardown(void **state)
     "{ctx_total}%20-np%20{parallel}%20--kv-unified%20-ngl%20999%20-ctk%20{cache_type_k}%20-ctv%20"             \
     "{cache_type_v}%20-fa%20{flash_attn}%20--ttft-ms%200"
 
-static h_proc *start_worker(fixture *f, const char *name, const char *gpu)
+/* extra: "--engine none" for a worker with only the catalogue's models
+ * (otherwise the harness gives it a simulator engine of its own too). */
+static h_proc *start_worker(fixture *f, const char *name, const char *gpu, const char *extra)
 {
     char args[2000];
-    snprintf(args, sizeof args, "--fake-gpu %s --data %s/data-%s --heartbeat-ms 300 --engine-cmd %s", gpu, f->p.dir,
-             name, SIM_CMD);
+    snprintf(args, sizeof args, "--fake-gpu %s --data %s/data-%s --heartbeat-ms 300 --engine-cmd %s %s", gpu, f->p.dir,
+             name, SIM_CMD, extra);
     return h_start_worker(&f->p, name, NULL, args);
 }
 
@@ -179,8 +181,8 @@ static void mismatched_file_never_gets_work(void **state)
     char args[600];
     snprintf(args, sizeof args, "--catalog %s --heartbeat-ms 300", f->catalog);
     h_start_coordinator(&f->p, args);
-    h_proc *w1 = start_worker(f, "w1", "RTX%203060:12:8");
-    h_proc *w2 = start_worker(f, "w2", "RTX%204090:24:22");
+    h_proc *w1 = start_worker(f, "w1", "RTX%203060:12:8", "--engine none");
+    h_proc *w2 = start_worker(f, "w2", "RTX%204090:24:22", "");
     wait_state(&f->p, "alpha", "w1", "loadable");
     wait_state(&f->p, "alpha", "w2", "mismatch");
     wait_state(&f->p, "beta", "w2", "mismatch");
