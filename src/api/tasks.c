@@ -131,6 +131,12 @@ void api_tasks_create(coord *c, http_req *req)
                   "the model '%s' is not served by any node in the pool", json_string_value(model));
         goto out;
     }
+    char blocked[400];
+    if (registry_model_blocked(c->reg, json_string_value(model), blocked, sizeof blocked)) {
+        api_server_error(req, 503, "model_mismatch", "no node holds the catalogue's file for '%s': %s; not queued",
+                         json_string_value(model), blocked);
+        goto out;
+    }
     classification cls;
     if (classify_request(c->rules, in, http_req_header(req, "X-Gpupool-Sensitivity"), coord_key_private(c, req),
                          &cls)) {

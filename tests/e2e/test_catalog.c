@@ -246,6 +246,10 @@ static void mismatched_file_never_gets_work(void **state)
         assert_non_null(strstr(msg, "'beta'"));
         h_resp_free(&r);
     }
+    task = h_submit_task(&f->p, "{\"type\":\"chat\",\"model\":\"b\",\"input\":{\"messages\":"
+                                "[{\"role\":\"user\",\"content\":\"hi\"}]}}", NULL, &status);
+    assert_int_equal(status, 503);
+    free(task);
     assert_int_equal(log_count(w2, "engine for beta"), 0);
 
     /* GET /v1/models: the entries with their aliases and digests. */
