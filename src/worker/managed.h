@@ -59,7 +59,8 @@ typedef struct managed_spec {
     int starts;
     char last_error[600];      /* why the last start failed, with the log's last lines */
     char sha256[65];           /* the GGUF file's digest (worker/filehash); "" until hashed */
-    int hash_state;            /* 0 not hashed yet, 1 sha256 holds it, -1 the file could not be read */
+    int hash_state;            /* 0 not hashed yet, > 0 sha256 holds it, < 0 the file could not be read
+                                * (worker/wcatalog: 2 and -2 while a re-check is due) */
 } managed_spec;
 
 /* The default command: llama.cpp's server. */

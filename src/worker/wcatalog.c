@@ -15,6 +15,12 @@
 #include "worker/filehash.h"
 
 #define WCAT_MAX 64
+/* How often the files already hashed are looked at again: a replaced or
+ * touched file is read anew (filehash's cache knows an unchanged one), so
+ * fixing a mismatch needs no restart.  Meanwhile the old digest stands. */
+#define WCAT_RECHECK_MS 10000
+#define HASH_RECHECK 2          /* managed_spec.hash_state: hashed, a re-check is due */
+#define HASH_MISSING_RECHECK -2 /* could not be read, a re-check is due */
 
 /* A catalogue entry this worker did not turn into an engine of its own:
  * one it only reports (Ollama, vLLM), or one whose file is not here. */
@@ -27,6 +33,7 @@ typedef struct wcat_other {
 
 typedef struct wcatalog {
     char etag[24];
+    int64_t recheck_at;  /* monotonic ms: the next look at hashed files */
     wcat_other other[WCAT_MAX];
     int nother;
 } wcatalog;
@@ -168,6 +175,7 @@ void wcat_take(worker *w, json_t *answer)
     }
     pthread_mutex_lock(&w->mu);
     wcatalog *old = w->catalog;
+    next->recheck_at = old ? old->recheck_at : mono_ms() + WCAT_RECHECK_MS;
     w->catalog = next;
     pthread_mutex_unlock(&w->mu);
     free(old);
@@ -208,7 +216,11 @@ void wcat_report_locked(worker *w, json_t *report)
 
 /* Only a file the catalogue pins is hashed: without a digest to compare
  * with, reading a large model would tell nobody anything. */
-static int needs_hash(const managed_spec *m) { return m && !m->hash_state && m->catalog_sha256[0]; }
+static int needs_hash(const managed_spec *m)
+{
+    return m && m->catalog_sha256[0] && (m->hash_state == 0 || m->hash_state == HASH_RECHECK ||
+                                         m->hash_state == HASH_MISSING_RECHECK);
+}
 
 /* Detached: a stopping worker does not wait for a large file to be read.
  * After each file it looks at `stopping` under mu before touching the
@@ -243,14 +255,18 @@ static void *hasher_thread(void *arg)
         }
         managed_spec *m = managed_for(w, name);
         if (m && !strcmp(m->gguf, file)) {
+            int again = m->hash_state != 0, was_missing = m->hash_state == HASH_MISSING_RECHECK;
+            int same = again && !rc && !strcmp(m->sha256, sha);
             m->hash_state = rc ? -1 : 1;
             snprintf(m->sha256, sizeof m->sha256, "%s", rc ? "" : sha);
-            if (rc) log_warn("cannot hash the file of %s: %s", name, err);
-            else if (m->catalog_sha256[0] && strcasecmp(m->catalog_sha256, sha))
+            int quiet = same || (rc && was_missing); /* a re-check that found nothing new */
+            if (!quiet && rc) log_warn("cannot hash the file of %s: %s", name, err);
+            else if (!quiet && strcasecmp(m->catalog_sha256, sha))
                 log_warn("%s: %s is not the catalogue's file (sha256 %.12s..., the catalogue pins %.12s...); the "
                          "pool sends this node no work for it", name, file, sha, m->catalog_sha256);
-            else log_info("%s: sha256 %.12s... (%llu MiB in %lld ms)", name, sha, (unsigned long long)(bytes >> 20),
-                          (long long)(mono_ms() - t0));
+            else if (!quiet)
+                log_info("%s: sha256 %.12s... (%llu MiB in %lld ms)%s", name, sha, (unsigned long long)(bytes >> 20),
+                         (long long)(mono_ms() - t0), again ? ", the file changed" : "");
         }
         pthread_mutex_unlock(&w->mu);
     }
@@ -259,6 +275,14 @@ static void *hasher_thread(void *arg)
 void wcat_hash_pending(worker *w)
 {
     pthread_mutex_lock(&w->mu);
+    int64_t now = mono_ms();
+    if (w->catalog && now >= w->catalog->recheck_at && !w->hasher_running) {
+        w->catalog->recheck_at = now + WCAT_RECHECK_MS;
+        for (int i = 0; i < w->nengines; i++) {
+            managed_spec *m = w->engines[i].managed;
+            if (m && m->catalog_sha256[0] && m->hash_state) m->hash_state = m->hash_state > 0 ? HASH_RECHECK : HASH_MISSING_RECHECK;
+        }
+    }
     int pending = 0;
     for (int i = 0; i < w->nengines; i++) pending |= needs_hash(w->engines[i].managed);
     int start = pending && !w->hasher_running && !w->stopping;

@@ -282,6 +282,17 @@ static void mismatched_file_never_gets_work(void **state)
     assert_true(h_log_contains(cmd, "w1:loaded w2:mismatch") || h_log_contains(cmd, "w2:mismatch w1:loaded"));
     assert_true(h_log_contains(cmd, "w2:mismatch"));
 
+    /* Putting the catalogue's bytes in place on w2 mends it, without a
+     * restart: the worker looks at its files again. */
+    char fix[2000];
+    snprintf(fix, sizeof fix, "cp %s %s.tmp && mv %s.tmp %s", f->alpha, f->alpha_other, f->alpha_other, f->alpha_other);
+    assert_int_equal(system(fix), 0);
+    wait_state(&f->p, "alpha", "w2", "loadable");
+    h_request(&f->p, "GET", "/metrics", NULL, NULL, &r);
+    assert_null(strstr(r.body, "gpupool_model_mismatch{node=\"w2\",model=\"alpha\"}"));
+    assert_non_null(strstr(r.body, "gpupool_model_mismatches 1"));
+    h_resp_free(&r);
+
     /* The catalogue went to each worker once, not with every beat. */
     assert_int_equal(log_count(w1, "model catalogue "), 1);
     assert_int_equal(log_count(w2, "model catalogue "), 1);
