@@ -235,6 +235,14 @@ static void mismatched_file_never_gets_work(void **state)
     json_decref(done);
     free(task);
 
+    /* So may a batch. */
+    h_request(&f->p, "POST", "/v1/batches",
+              "{\"type\":\"chat\",\"model\":\"a\",\"inputs\":[{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+              "\"max_tokens\":2}]}", NULL, &r);
+    if (r.status != 202) fail_msg("batch: %ld %s", r.status, r.body ? r.body : "");
+    assert_string_equal(json_string_value(json_object_get(r.json, "model")), "alpha");
+    h_resp_free(&r);
+
     /* beta is only on the node whose file differs: refused, sent nowhere. */
     const char *betas[] = {"beta", "b"};
     for (int i = 0; i < 2; i++) {
