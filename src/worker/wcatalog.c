@@ -33,7 +33,8 @@ typedef struct wcat_other {
 
 typedef struct wcatalog {
     char etag[24];
-    int64_t recheck_at;  /* monotonic ms: the next look at hashed files */
+    int64_t recheck_at;  /* monotonic ms: the next look at hashed files and missing ones */
+    json_t *models;      /* the entries as sent, for trying missing files again */
     wcat_other other[WCAT_MAX];
     int nother;
 } wcatalog;
@@ -104,39 +105,74 @@ static int exists_locked(worker *w, const char *model)
 }
 
 /* Turns one llama-server or command entry into an engine.  Its file is
- * read (the planner sizes it), so this runs without mu. */
-static void add_engine(worker *w, json_t *entry, wcatalog *next)
+ * read (the planner sizes it), so this runs without mu.  0, or -1 with why. */
+static int add_engine(worker *w, json_t *entry, char *err, size_t errlen)
 {
     const char *name = str(entry, "name");
-    char spec[1400], err[600];
+    char spec[1400];
     engine e;
-    wcat_other *o = next->nother < WCAT_MAX ? &next->other[next->nother] : NULL;
     struct stat sb;
-    int rc = wcat_load_spec(entry, spec, sizeof spec, err, sizeof err);
-    if (!rc && stat(str(entry, "gguf"), &sb)) rc = err_out(err, sizeof err, "%s: no file %s on this node", name, str(entry, "gguf"));
-    if (!rc) rc = managed_parse(spec, &w->managed, &e, err, sizeof err);
-    if (!rc) {
-        managed_spec *m = e.managed;
-        if (!strcmp(str(entry, "engine"), "command"))
-            snprintf(m->engine_cmd, sizeof m->engine_cmd, "%s", str(entry, "command"));
-        snprintf(m->catalog_sha256, sizeof m->catalog_sha256, "%s", str(entry, "sha256"));
-        pthread_mutex_lock(&w->mu);
-        if (w->nengines < WORKER_MAX_ENGINES) {
-            w->engines[w->nengines++] = e;
-            log_info("catalogue model %s can be loaded here from %s: needs %llu MiB at %d context x %d slot(s)", name,
-                     m->gguf, (unsigned long long)(m->need_bytes >> 20), m->ctx, m->parallel);
-        } else {
-            rc = err_out(err, sizeof err, "%s: this worker runs %d engines already", name, WORKER_MAX_ENGINES);
-            free(m);
-        }
-        pthread_mutex_unlock(&w->mu);
+    int rc = wcat_load_spec(entry, spec, sizeof spec, err, errlen);
+    if (!rc && stat(str(entry, "gguf"), &sb)) rc = err_out(err, errlen, "%s: no file %s on this node", name, str(entry, "gguf"));
+    if (!rc) rc = managed_parse(spec, &w->managed, &e, err, errlen);
+    if (rc) return -1;
+    managed_spec *m = e.managed;
+    if (!strcmp(str(entry, "engine"), "command")) snprintf(m->engine_cmd, sizeof m->engine_cmd, "%s", str(entry, "command"));
+    snprintf(m->catalog_sha256, sizeof m->catalog_sha256, "%s", str(entry, "sha256"));
+    pthread_mutex_lock(&w->mu);
+    if (w->nengines < WORKER_MAX_ENGINES) {
+        w->engines[w->nengines++] = e;
+        log_info("catalogue model %s can be loaded here from %s: needs %llu MiB at %d context x %d slot(s)", name,
+                 m->gguf, (unsigned long long)(m->need_bytes >> 20), m->ctx, m->parallel);
+    } else {
+        rc = err_out(err, errlen, "%s: this worker runs %d engines already", name, WORKER_MAX_ENGINES);
+        free(m);
     }
-    if (rc && o) {
-        log_warn("catalogue model %s cannot be served here: %s", name, err);
-        snprintf(o->name, sizeof o->name, "%s", name);
-        snprintf(o->engine, sizeof o->engine, "%s", str(entry, "engine"));
-        snprintf(o->error, sizeof o->error, "%.299s", err);
-        next->nother++;
+    pthread_mutex_unlock(&w->mu);
+    return rc;
+}
+
+static void note_other(wcatalog *c, json_t *entry, const char *error)
+{
+    if (c->nother >= WCAT_MAX) return;
+    wcat_other *o = &c->other[c->nother++];
+    snprintf(o->name, sizeof o->name, "%s", str(entry, "name"));
+    snprintf(o->engine, sizeof o->engine, "%s", str(entry, "engine"));
+    snprintf(o->tag, sizeof o->tag, "%s", str(entry, "ollama"));
+    snprintf(o->error, sizeof o->error, "%.299s", error ? error : "");
+}
+
+/* The agent thread's: entries whose file was not here are tried again, so
+ * a file copied onto the node later is taken up without a restart.  The
+ * catalogue is replaced only by this thread, so its entries stay valid
+ * while mu is not held. */
+static void retry_missing(worker *w)
+{
+    char names[WCAT_MAX][128];
+    int n = 0;
+    pthread_mutex_lock(&w->mu);
+    const wcatalog *c = w->catalog;
+    for (int i = 0; c && i < c->nother; i++)
+        if (c->other[i].error[0]) snprintf(names[n++], sizeof names[0], "%s", c->other[i].name);
+    json_t *models = c ? c->models : NULL;
+    pthread_mutex_unlock(&w->mu);
+    for (int k = 0; k < n; k++) {
+        size_t i;
+        json_t *entry;
+        char err[600];
+        json_array_foreach(models, i, entry) {
+            if (strcmp(str(entry, "name"), names[k]) || exists_locked(w, names[k]) || add_engine(w, entry, err, sizeof err))
+                continue;
+            pthread_mutex_lock(&w->mu);
+            wcatalog *cur = w->catalog;
+            for (int j = 0; j < cur->nother; j++)
+                if (!strcmp(cur->other[j].name, names[k])) {
+                    memmove(&cur->other[j], &cur->other[j + 1], sizeof cur->other[0] * (size_t)(cur->nother - j - 1));
+                    cur->nother--;
+                    break;
+                }
+            pthread_mutex_unlock(&w->mu);
+        }
     }
 }
 
@@ -148,6 +184,7 @@ void wcat_take(worker *w, json_t *answer)
     wcatalog *next = calloc(1, sizeof *next);
     if (!next) return;
     snprintf(next->etag, sizeof next->etag, "%s", etag);
+    next->models = json_incref(models);
     size_t i;
     json_t *entry;
     int added = 0;
@@ -164,13 +201,15 @@ void wcat_take(worker *w, json_t *answer)
                 pthread_mutex_unlock(&w->mu);
                 continue;
             }
-            add_engine(w, entry, next);
-            added++;
-        } else if (next->nother < WCAT_MAX) {
-            wcat_other *o = &next->other[next->nother++];
-            snprintf(o->name, sizeof o->name, "%s", name);
-            snprintf(o->engine, sizeof o->engine, "%s", kind);
-            snprintf(o->tag, sizeof o->tag, "%s", str(entry, "ollama"));
+            char err[600];
+            if (add_engine(w, entry, err, sizeof err) == 0) {
+                added++;
+            } else {
+                log_warn("catalogue model %s cannot be served here: %s", name, err);
+                note_other(next, entry, err);
+            }
+        } else {
+            note_other(next, entry, NULL);
         }
     }
     pthread_mutex_lock(&w->mu);
@@ -178,6 +217,7 @@ void wcat_take(worker *w, json_t *answer)
     next->recheck_at = old ? old->recheck_at : mono_ms() + WCAT_RECHECK_MS;
     w->catalog = next;
     pthread_mutex_unlock(&w->mu);
+    if (old) json_decref(old->models);
     free(old);
     log_info("model catalogue %s from the coordinator: %zu model(s), %d new here", etag, json_array_size(models), added);
     wcat_hash_pending(w);
@@ -276,13 +316,17 @@ void wcat_hash_pending(worker *w)
 {
     pthread_mutex_lock(&w->mu);
     int64_t now = mono_ms();
-    if (w->catalog && now >= w->catalog->recheck_at && !w->hasher_running) {
+    int due = w->catalog && now >= w->catalog->recheck_at && !w->hasher_running;
+    if (due) {
         w->catalog->recheck_at = now + WCAT_RECHECK_MS;
         for (int i = 0; i < w->nengines; i++) {
             managed_spec *m = w->engines[i].managed;
             if (m && m->catalog_sha256[0] && m->hash_state) m->hash_state = m->hash_state > 0 ? HASH_RECHECK : HASH_MISSING_RECHECK;
         }
     }
+    pthread_mutex_unlock(&w->mu);
+    if (due) retry_missing(w);
+    pthread_mutex_lock(&w->mu);
     int pending = 0;
     for (int i = 0; i < w->nengines; i++) pending |= needs_hash(w->engines[i].managed);
     int start = pending && !w->hasher_running && !w->stopping;
@@ -304,6 +348,7 @@ void wcat_hash_pending(worker *w)
 void wcat_stop(worker *w)
 {
     pthread_mutex_lock(&w->mu);
+    if (w->catalog) json_decref(w->catalog->models);
     free(w->catalog);
     w->catalog = NULL;
     pthread_mutex_unlock(&w->mu);

@@ -5,7 +5,7 @@
  * echoes so it is not sent again unchanged.  Each llama-server or command
  * entry becomes a started-on-demand engine exactly as a --load option
  * would (a --load of the same name wins); an entry whose file is not here
- * is reported missing.  Ollama and vLLM entries are only reported: loaded
+ * is reported missing, and looked for again now and then.  Ollama and vLLM entries are only reported: loaded
  * when an engine this worker fronts lists the model, else missing.
  *
  * Every started-on-demand model whose file the catalogue pins (its own

@@ -290,15 +290,23 @@ static void mismatched_file_never_gets_work(void **state)
     assert_true(h_log_contains(cmd, "w1:loaded w2:mismatch") || h_log_contains(cmd, "w2:mismatch w1:loaded"));
     assert_true(h_log_contains(cmd, "w2:mismatch"));
 
-    /* Putting the catalogue's bytes in place on w2 mends it, without a
-     * restart: the worker looks at its files again. */
-    char fix[2000];
-    snprintf(fix, sizeof fix, "cp %s %s.tmp && mv %s.tmp %s", f->alpha, f->alpha_other, f->alpha_other, f->alpha_other);
+    /* Putting the catalogue's bytes in place on w2 mends it, and copying
+     * beta's file where w1 looks for it gives w1 beta, without a restart:
+     * the workers look at their files again. */
+    char fix[3000];
+    snprintf(fix, sizeof fix, "cp %s %s.tmp && mv %s.tmp %s && mkdir -p %s/nowhere && cp %s %s/nowhere/beta.gguf",
+             f->alpha, f->alpha_other, f->alpha_other, f->alpha_other, f->p.dir, f->beta, f->p.dir);
     assert_int_equal(system(fix), 0);
     wait_state(&f->p, "alpha", "w2", "loadable");
+    wait_state(&f->p, "beta", "w1", "loadable");
+    assert_int_equal(chat(&f->p, "b", &r), 200);
+    char beta_node[64];
+    assert_non_null(h_header(&r, "X-Gpupool-Node", beta_node, sizeof beta_node));
+    assert_string_equal(beta_node, w1_id);
+    h_resp_free(&r);
     h_request(&f->p, "GET", "/metrics", NULL, NULL, &r);
     assert_null(strstr(r.body, "gpupool_model_mismatch{node=\"w2\",model=\"alpha\"}"));
-    assert_non_null(strstr(r.body, "gpupool_model_mismatches 1"));
+    assert_non_null(strstr(r.body, "gpupool_model_mismatches 1")); /* beta on w2 is still another file */
     h_resp_free(&r);
 
     /* The catalogue went to each worker once, not with every beat. */
