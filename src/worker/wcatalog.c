@@ -31,8 +31,18 @@ typedef struct wcat_other {
     char error[300];     /* why it could not become an engine; "" for the reported kinds */
 } wcat_other;
 
+/* An engine the catalogue made: the --load spec it was made from, and
+ * whether a newer one waits for the engine to be stopped. */
+typedef struct wcat_made {
+    char name[128];
+    char spec[1400];
+    int pending;
+} wcat_made;
+
 typedef struct wcatalog {
     char etag[24];
+    wcat_made made[WCAT_MAX];
+    int nmade;
     int64_t recheck_at;  /* monotonic ms: the next look at hashed files and missing ones */
     json_t *models;      /* the entries as sent, for trying missing files again */
     wcat_other other[WCAT_MAX];
@@ -106,13 +116,12 @@ static int exists_locked(worker *w, const char *model)
 
 /* Turns one llama-server or command entry into an engine.  Its file is
  * read (the planner sizes it), so this runs without mu.  0, or -1 with why. */
-static int add_engine(worker *w, json_t *entry, char *err, size_t errlen)
+static int add_engine(worker *w, json_t *entry, char spec[1400], char *err, size_t errlen)
 {
     const char *name = str(entry, "name");
-    char spec[1400];
     engine e;
     struct stat sb;
-    int rc = wcat_load_spec(entry, spec, sizeof spec, err, errlen);
+    int rc = wcat_load_spec(entry, spec, 1400, err, errlen);
     if (!rc && stat(str(entry, "gguf"), &sb)) rc = err_out(err, errlen, "%s: no file %s on this node", name, str(entry, "gguf"));
     if (!rc) rc = managed_parse(spec, &w->managed, &e, err, errlen);
     if (rc) return -1;
@@ -130,6 +139,62 @@ static int add_engine(worker *w, json_t *entry, char *err, size_t errlen)
     }
     pthread_mutex_unlock(&w->mu);
     return rc;
+}
+
+static void note_made(wcatalog *c, const char *name, const char *spec)
+{
+    if (c->nmade >= WCAT_MAX) return;
+    wcat_made *md = &c->made[c->nmade++];
+    snprintf(md->name, sizeof md->name, "%s", name);
+    snprintf(md->spec, sizeof md->spec, "%s", spec);
+    md->pending = 0;
+}
+
+static json_t *entry_named(json_t *models, const char *name)
+{
+    size_t i;
+    json_t *entry;
+    json_array_foreach(models, i, entry) if (!strcmp(str(entry, "name"), name)) return entry;
+    return NULL;
+}
+
+/* A changed entry (another path or setting for this node) replaces its
+ * engine's settings in place, and only while that engine is stopped and
+ * nothing waits on it: requests and starts keep pointers to the spec.
+ * 1 when it was taken up. */
+static int update_engine(worker *w, wcat_made *md, json_t *entry)
+{
+    char err[600];
+    engine e;
+    struct stat sb;
+    if (!entry || stat(str(entry, "gguf"), &sb) || managed_parse(md->spec, &w->managed, &e, err, sizeof err)) return 0;
+    managed_spec *nm = e.managed;
+    if (!strcmp(str(entry, "engine"), "command")) snprintf(nm->engine_cmd, sizeof nm->engine_cmd, "%s", str(entry, "command"));
+    snprintf(nm->catalog_sha256, sizeof nm->catalog_sha256, "%s", str(entry, "sha256"));
+    pthread_mutex_lock(&w->mu);
+    int done = 0;
+    for (int i = 0; i < w->nengines && !done; i++) {
+        engine *en = &w->engines[i];
+        managed_spec *m = en->managed;
+        if (!m || strcmp(m->name, md->name)) continue;
+        if (en->child || en->inflight || m->loading || w->starting) break;
+        nm->starts = m->starts;
+        *m = *nm;
+        en->default_slots = m->parallel;
+        done = 1;
+        log_info("catalogue model %s: new settings taken up (%s)", md->name, md->spec);
+    }
+    pthread_mutex_unlock(&w->mu);
+    free(nm);
+    if (done) md->pending = 0;
+    return done;
+}
+
+/* The agent thread's: changed entries whose engines were running. */
+static void apply_pending(worker *w, wcatalog *c)
+{
+    for (int i = 0; i < c->nmade; i++)
+        if (c->made[i].pending) update_engine(w, &c->made[i], entry_named(c->models, c->made[i].name));
 }
 
 static void note_other(wcatalog *c, json_t *entry, const char *error)
@@ -156,15 +221,19 @@ static void retry_missing(worker *w)
         if (c->other[i].error[0]) snprintf(names[n++], sizeof names[0], "%s", c->other[i].name);
     json_t *models = c ? c->models : NULL;
     pthread_mutex_unlock(&w->mu);
+    if (c) apply_pending(w, w->catalog);
     for (int k = 0; k < n; k++) {
         size_t i;
         json_t *entry;
         char err[600];
         json_array_foreach(models, i, entry) {
-            if (strcmp(str(entry, "name"), names[k]) || exists_locked(w, names[k]) || add_engine(w, entry, err, sizeof err))
+            char spec[1400];
+            if (strcmp(str(entry, "name"), names[k]) || exists_locked(w, names[k]) ||
+                add_engine(w, entry, spec, err, sizeof err))
                 continue;
             pthread_mutex_lock(&w->mu);
             wcatalog *cur = w->catalog;
+            note_made(cur, names[k], spec);
             for (int j = 0; j < cur->nother; j++)
                 if (!strcmp(cur->other[j].name, names[k])) {
                     memmove(&cur->other[j], &cur->other[j + 1], sizeof cur->other[0] * (size_t)(cur->nother - j - 1));
@@ -185,6 +254,10 @@ void wcat_take(worker *w, json_t *answer)
     if (!next) return;
     snprintf(next->etag, sizeof next->etag, "%s", etag);
     next->models = json_incref(models);
+    if (w->catalog) { /* only this thread replaces it */
+        memcpy(next->made, w->catalog->made, sizeof next->made);
+        next->nmade = w->catalog->nmade;
+    }
     size_t i;
     json_t *entry;
     int added = 0;
@@ -192,17 +265,29 @@ void wcat_take(worker *w, json_t *answer)
         const char *name = str(entry, "name"), *kind = str(entry, "engine");
         if (!*name) continue;
         if (!strcmp(kind, "llama-server") || !strcmp(kind, "command")) {
+            char spec[1400], err[600];
             if (exists_locked(w, name)) {
-                /* A --load of the same name, or this entry from an earlier
-                 * catalogue: it stays as it is; its file is still checked. */
+                /* A --load of the same name stays as it is; an entry of an
+                 * earlier catalogue takes changed settings when it can.
+                 * Either way its file is checked. */
                 pthread_mutex_lock(&w->mu);
                 managed_spec *m = managed_for(w, name);
                 if (m) snprintf(m->catalog_sha256, sizeof m->catalog_sha256, "%s", str(entry, "sha256"));
                 pthread_mutex_unlock(&w->mu);
+                for (int k = 0; k < next->nmade; k++) {
+                    wcat_made *md = &next->made[k];
+                    if (strcmp(md->name, name) || wcat_load_spec(entry, spec, sizeof spec, err, sizeof err) ||
+                        !strcmp(spec, md->spec))
+                        continue;
+                    snprintf(md->spec, sizeof md->spec, "%s", spec);
+                    md->pending = 1;
+                    if (!update_engine(w, md, entry))
+                        log_info("catalogue model %s: new settings apply once its engine is stopped", name);
+                }
                 continue;
             }
-            char err[600];
-            if (add_engine(w, entry, err, sizeof err) == 0) {
+            if (add_engine(w, entry, spec, err, sizeof err) == 0) {
+                note_made(next, name, spec);
                 added++;
             } else {
                 log_warn("catalogue model %s cannot be served here: %s", name, err);

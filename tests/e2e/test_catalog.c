@@ -5,8 +5,10 @@
  * override) and more free VRAM, so placement alone would pick it first.
  * Requests for alpha (by alias) always go to w1; beta, which only w2 has,
  * fails with model_mismatch and reaches no node; /v1/nodes, /metrics,
- * /v1/models and `gpupool models` show the states.  A bad catalogue stops
+ * /v1/models and `gpupool models` show the states; mended files are taken
+ * up without restarts, and so is a changed entry.  A bad catalogue stops
  * `gpupool serve` with the entry and field named. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -314,6 +316,33 @@ static void mismatched_file_never_gets_work(void **state)
     assert_int_equal(log_count(w2, "model catalogue "), 1);
 }
 
+/* A changed entry reaches a worker that holds the old one: the coordinator
+ * restarts with another path for w1, the worker takes it up (its engine is
+ * stopped), hashes the new file and the pool sees the mismatch. */
+static void changed_entry_is_taken_up(void **state)
+{
+    fixture *f = *state;
+    char args[600];
+    snprintf(args, sizeof args, "--catalog %s --heartbeat-ms 300", f->catalog);
+    h_start_coordinator(&f->p, args);
+    h_proc *w1 = start_worker(f, "w1", "RTX%203060:12:8", "--engine none");
+    wait_state(&f->p, "alpha", "w1", "loadable");
+    FILE *fp = fopen(f->catalog, "w");
+    assert_non_null(fp);
+    fprintf(fp, "{\"models\":[{\"name\":\"alpha\",\"gguf\":\"%s\",\"sha256\":\"%s\",\"ctx\":512,"
+            "\"nodes\":{\"w1\":{\"gguf\":\"%s\"}}}]}\n", f->alpha, f->sha_alpha, f->alpha_other);
+    fclose(fp);
+    h_kill(f->p.coord, SIGTERM);
+    assert_int_equal(h_wait_exit(f->p.coord, 10000), 0);
+    h_restart_coordinator(&f->p);
+    wait_state(&f->p, "alpha", "w1", "mismatch");
+    assert_true(h_log_contains(w1, "catalogue model alpha: new settings taken up"));
+    assert_int_equal(log_count(w1, "model catalogue "), 2);
+    h_resp r;
+    assert_int_equal(chat(&f->p, "alpha", &r), 503);
+    h_resp_free(&r);
+}
+
 static void bad_catalogue_names_entry_and_field(void **state)
 {
     fixture *f = *state;
@@ -334,6 +363,7 @@ int main(void)
     h_apply_filter();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(mismatched_file_never_gets_work, setup, teardown),
+        cmocka_unit_test_setup_teardown(changed_entry_is_taken_up, setup, teardown),
         cmocka_unit_test_setup_teardown(bad_catalogue_names_entry_and_field, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
