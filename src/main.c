@@ -20,6 +20,7 @@ static const struct {
     {"apps", cmd_apps, "list the prompt apps and pipelines the coordinator serves"},
     {"rollout", cmd_rollout, "move traffic from one model to another in steps, with automatic rollback"},
     {"compare", cmd_compare, "run one input set through two models and compare their JSON answers"},
+    {"models", cmd_models, "list the model catalogue and each node's state for every model"},
 };
 
 static void usage(FILE *f)

@@ -13,6 +13,7 @@
 #include "api/coord.h"
 #include "api/errors.h"
 #include "api/validate.h"
+#include "catalog/catalog.h"
 #include "policy/classify.h"
 #include "util/clock.h"
 #include "util/ids.h"
@@ -217,6 +218,11 @@ static int read_item(coord *c, http_req *req, const batch_in *in, size_t i, item
         return -1;
     }
     const char *m = json_string_value(json_object_get(it->body, "model"));
+    const char *canonical = catalog_resolve(c->catalog, m); /* an alias runs as the entry's name */
+    if (canonical && strcmp(canonical, m)) {
+        json_object_set_new(it->body, "model", json_string(canonical));
+        m = json_string_value(json_object_get(it->body, "model"));
+    }
     char version[256];
     if (api_rollout_task_model(c, NULL, m, it->body, version, sizeof version)) {
         json_object_set_new(it->body, "model", json_string(version));
@@ -231,6 +237,13 @@ static int read_item(coord *c, http_req *req, const batch_in *in, size_t i, item
                          coord_key_private(c, req), cls)) {
         api_bad_request(req, "invalid_value", "X-Gpupool-Sensitivity",
                         "X-Gpupool-Sensitivity must be \"private\" or \"normal\"");
+        return -1;
+    }
+    char blocked[400];
+    if (registry_model_blocked(c->reg, m, blocked, sizeof blocked)) {
+        api_server_error(req, 503, "model_mismatch",
+                         "item %zu: no node holds the catalogue's file for '%s': %s; the batch was not accepted", i, m,
+                         blocked);
         return -1;
     }
     if (cls->is_private && !registry_model_trusted(c->reg, m)) {

@@ -46,6 +46,7 @@ typedef struct coord {
     const struct apps_cfg *apps;      /* --apps: prompt apps and pipelines (apps/appcfg); NULL = none */
     struct app_runner *runner;        /* moves their runs on (apps/runner) */
     struct rollout_table *rollouts;   /* api/rollout_table; NULL: no rollouts */
+    const struct catalog *catalog;    /* the model catalogue (--catalog); NULL when none */
     int64_t started_mono;
 } coord;
 

@@ -16,7 +16,7 @@ static const api_error_code CODES[] = {
     {"insufficient_vram", 503}, {"store_unavailable", 503}, {"no_trusted_capacity", 503},
     {"app_not_found", 404}, {"pipeline_not_found", 404}, {"run_not_found", 404}, {"run_finished", 409},
     {"output_invalid", 422},
-    {"stage_failed", 502}, {"upstream_interrupted", 0},
+    {"stage_failed", 502}, {"model_mismatch", 503}, {"upstream_interrupted", 0},
 };
 
 const api_error_code *api_error_codes(size_t *n)

@@ -9,6 +9,7 @@
 #include "api/metrics.h"
 #include "api/track.h"
 #include "api/rollout_table.h"
+#include "catalog/catalog.h"
 #include "util/buf.h"
 #include "util/clock.h"
 
@@ -67,6 +68,53 @@ static void control(coord *c, http_req *req, control_fn fn)
 void api_register(coord *c, http_req *req) { control(c, req, registry_register); }
 void api_heartbeat(coord *c, http_req *req) { control(c, req, registry_heartbeat); }
 
+/* A Prometheus label value: node names come from workers. */
+static void label_value(const char *in, char *out, size_t len)
+{
+    size_t o = 0;
+    for (; in && *in && o + 3 < len; in++) {
+        if (*in == '"' || *in == '\\') out[o++] = '\\';
+        out[o++] = *in == '\n' ? ' ' : *in;
+    }
+    out[o] = 0;
+}
+
+/* Per node and catalogue model: a 1 for each file that differs from the
+ * catalogue's, and how many nodes are in each state per model. */
+static void catalog_metrics(coord *c, buf *out)
+{
+    if (!c->catalog) return;
+    json_t *st = registry_catalog_status(c->reg);
+    metrics_header(out, "gpupool_model_mismatch", "gauge",
+                   "1 for each node whose file for a catalogue model differs from the catalogue's sha256.");
+    size_t i;
+    json_t *s;
+    int mismatches = 0;
+    json_array_foreach(st, i, s) {
+        if (strcmp(json_string_value(json_object_get(s, "state")), "mismatch")) continue;
+        char node[140];
+        label_value(json_string_value(json_object_get(s, "name")), node, sizeof node);
+        buf_printf(out, "gpupool_model_mismatch{node=\"%s\",model=\"%s\"} 1\n", node,
+                   json_string_value(json_object_get(s, "model")));
+        mismatches++;
+    }
+    metrics_header(out, "gpupool_model_mismatches", "gauge", "Node and catalogue model pairs whose files differ.");
+    buf_printf(out, "gpupool_model_mismatches %d\n", mismatches);
+    metrics_header(out, "gpupool_catalog_nodes", "gauge", "Live nodes per catalogue model and state.");
+    json_t *counts = json_object();
+    json_array_foreach(st, i, s) {
+        char key[300];
+        snprintf(key, sizeof key, "model=\"%s\",state=\"%s\"", json_string_value(json_object_get(s, "model")),
+                 json_string_value(json_object_get(s, "state")));
+        json_object_set_new(counts, key, json_integer(json_integer_value(json_object_get(counts, key)) + 1));
+    }
+    const char *key;
+    json_t *v;
+    json_object_foreach(counts, key, v) buf_printf(out, "gpupool_catalog_nodes{%s} %lld\n", key, (long long)json_integer_value(v));
+    json_decref(counts);
+    json_decref(st);
+}
+
 void api_metrics(coord *c, http_req *req)
 {
     buf out = {0};
@@ -95,6 +143,7 @@ void api_metrics(coord *c, http_req *req)
     api_cache_metrics(c, &out);
     api_track_metrics(c, &out);
     rollout_table_metrics(c->rollouts, &out);
+    catalog_metrics(c, &out);
     http_respond(req, 200, "text/plain; version=0.0.4; charset=utf-8", out.data, out.len);
     buf_free(&out);
 }

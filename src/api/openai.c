@@ -12,6 +12,7 @@
 #include "api/errors.h"
 #include "api/sessions.h"
 #include "api/validate.h"
+#include "catalog/catalog.h"
 #include "http/client.h"
 #include "api/stream.h"
 #include "api/track.h"
@@ -95,6 +96,21 @@ typedef struct prepared {
     track_request tr;          /* what the two-track router reads (api/track) */
 } prepared;
 
+/* A catalogue alias becomes the entry's name, in model and in the body the
+ * node gets (engines know only the name).  0, or -1 after answering. */
+static int resolve_alias(coord *c, http_req *req, json_t *body, char *model, size_t len)
+{
+    const char *name = catalog_resolve(c->catalog, model);
+    if (!name || !strcmp(name, model)) return 0;
+    snprintf(model, len, "%s", name);
+    json_object_set_new(body, "model", json_string(name));
+    char *text = json_dumps(body, JSON_COMPACT);
+    int rc = text ? http_req_replace_body(req, text, strlen(text)) : -1;
+    free(text);
+    if (rc) api_server_error(req, 503, "no_capacity", "out of memory");
+    return rc ? -1 : 0;
+}
+
 static void prepared_free(prepared *p)
 {
     json_decref(p->body);
@@ -119,6 +135,10 @@ static int prepare(coord *c, http_req *req, api_kind kind, prepared *p, int may_
         return -1;
     }
     snprintf(p->model, sizeof p->model, "%s", json_string_value(json_object_get(body, "model")));
+    if (resolve_alias(c, req, body, p->model, sizeof p->model)) {
+        json_decref(body);
+        return -1;
+    }
     p->stream = json_is_true(json_object_get(body, "stream"));
     p->body = body;
     if (kind == KIND_CHAT && api_session_named(req, body)) {
@@ -171,12 +191,31 @@ static int prepare(coord *c, http_req *req, api_kind kind, prepared *p, int may_
         prepared_free(p);
         return -1;
     }
+    char blocked[400];
+    if (!p->tr.is_auto && registry_model_blocked(c->reg, p->model, blocked, sizeof blocked)) {
+        api_server_error(req, 503, "model_mismatch",
+                         "no node holds the catalogue's file for '%s' (sha256 %.12s…): %s; it was not sent anywhere",
+                         p->model, catalog_find(c->catalog, p->model)->sha256, blocked);
+        prepared_free(p);
+        return -1;
+    }
     if (p->cls.is_private && (!*local || !registry_model_trusted(c->reg, local))) {
         api_server_error(req, 503, "no_trusted_capacity",
                          "the request is private (%s) and no trusted node serves '%s'; it was not sent anywhere",
                          p->cls.rule, *local ? local : p->model);
         prepared_free(p);
         return -1;
+    }
+    const cat_entry *entry = catalog_find(c->catalog, p->model);
+    if (entry && entry->trust == CAT_TRUST_TRUSTED) {
+        if (!registry_model_trusted(c->reg, p->model)) {
+            api_server_error(req, 503, "no_trusted_capacity",
+                             "the catalogue keeps '%s' on trusted nodes and none serves it; it was not sent anywhere",
+                             p->model);
+            prepared_free(p);
+            return -1;
+        }
+        p->rq.trusted_only = 1;
     }
     return 0;
 }

@@ -5,9 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "catalog/catalog.h"
 #include "api/coord.h"
 #include "api/errors.h"
 #include "api/validate.h"
+#include "catalog/catalog.h"
 #include "policy/classify.h"
 #include "util/clock.h"
 #include "util/ids.h"
@@ -82,6 +84,12 @@ void api_tasks_create(coord *c, http_req *req)
         api_bad_request(req, "invalid_type", "model", "'model' must be a non-empty string");
         goto out;
     }
+    /* A catalogue alias runs as the entry's name. */
+    const char *canonical = catalog_resolve(c->catalog, json_string_value(model));
+    if (canonical && strcmp(canonical, json_string_value(model))) {
+        json_object_set_new(body, "model", json_string(canonical));
+        model = json_object_get(body, "model");
+    }
     if (!input) { api_bad_request(req, "missing_field", "input", "'input' is required"); goto out; }
     if (!json_is_object(input)) {
         api_bad_request(req, "invalid_type", "input", "'input' must be an object (the OpenAI request body)");
@@ -126,6 +134,12 @@ void api_tasks_create(coord *c, http_req *req)
     if (!registry_model_known(c->reg, json_string_value(model))) {
         api_error(req, 404, "invalid_request_error", "model_not_found", "model",
                   "the model '%s' is not served by any node in the pool", json_string_value(model));
+        goto out;
+    }
+    char blocked[400];
+    if (registry_model_blocked(c->reg, json_string_value(model), blocked, sizeof blocked)) {
+        api_server_error(req, 503, "model_mismatch", "no node holds the catalogue's file for '%s': %s; not queued",
+                         json_string_value(model), blocked);
         goto out;
     }
     classification cls;

@@ -16,5 +16,6 @@ int cmd_forget(int argc, char **argv);
 int cmd_apps(int argc, char **argv);
 int cmd_rollout(int argc, char **argv);
 int cmd_compare(int argc, char **argv);
+int cmd_models(int argc, char **argv);
 
 #endif

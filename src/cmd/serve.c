@@ -25,6 +25,7 @@
 #include "util/ids.h"
 #include "util/log.h"
 #include "util/opts.h"
+#include "catalog/catalog.h"
 
 typedef struct serve_opts {
     const char *listen, *data, *join_token, *join_token_file, *keys_file, *port_file;
@@ -51,6 +52,7 @@ typedef struct serve_opts {
     track_cfg track;              /* --auto-local, --auto-cloud, --track-rule, --cloud prices */
     const char *budgets[65];      /* --budget KEY:SPEC */
     int nbudgets;
+    const char *catalog_file;
 } serve_opts;
 
 static void usage(FILE *f)
@@ -79,6 +81,8 @@ static void usage(FILE *f)
             "  --task-timeout-ms N       longest run of one task attempt (default 600000)\n"
             "  --models-dir DIR          GGUF files that POST /v1/plan may read\n"
             "  --apps FILE               prompt apps and pipelines (JSON; see docs/apps.md)\n"
+            "  --catalog FILE            the model catalogue (JSON, see docs/models.md): names, aliases,\n"
+            "                            engines, files and their sha256, defaults, per-node overrides\n"
             "  --admin-key KEY           an API key that may also drain and forget nodes (repeatable;\n"
             "                            or GPUPOOL_ADMIN_KEYS); without any key everyone may\n"
             "  --placement POLICY        gpupool (default), round-robin or least-connections\n"
@@ -303,6 +307,7 @@ static int parse(int argc, char **argv, serve_opts *o)
         {"session-summary-model", 1, 0, 265}, {"session-summary-max-tokens", 1, 0, 266},
         {"auto-local", 1, 0, 270}, {"auto-cloud", 1, 0, 271}, {"track-rule", 1, 0, 272}, {"budget", 1, 0, 273},
         {"apps", 1, 0, 280},
+        {"catalog", 1, 0, 281},
         {"help", 0, 0, 'H'}, {0, 0, 0, 0}};
     long v;
     double f;
@@ -447,6 +452,7 @@ static int parse(int argc, char **argv, serve_opts *o)
         case 'p': o->port_file = optarg; break;
         case 'M': o->cc.models_dir = optarg; break;
         case 280: o->apps_file = optarg; break;
+        case 281: o->catalog_file = optarg; break;
         case 'H': usage(stdout); exit(0);
         default: usage(stderr); return -1;
         }
@@ -517,6 +523,7 @@ int cmd_serve(int argc0, char **argv0)
     apps_cfg *apps = NULL;
     app_runner *runner = NULL;
     rollout_table *rollouts = NULL;
+    catalog *cat = NULL;
     if (parse(argc, argv, &o)) goto done;
     o.cc.cache.ttl_ms = (int64_t)o.cache_ttl_s * 1000;
     o.cc.cache.max_bytes = (size_t)o.cache_max_bytes;
@@ -577,6 +584,11 @@ int cmd_serve(int argc0, char **argv0)
     disp = dispatcher_start(&dc);
     if (!reg || !disp) { fprintf(stderr, "gpupool serve: cannot start the scheduler\n"); goto done; }
     registry_on_change(reg, (void (*)(void *))dispatcher_wake, disp);
+    if (o.catalog_file) {
+        if (!(cat = catalog_load(o.catalog_file, err, sizeof err))) { fprintf(stderr, "gpupool serve: --catalog %s\n", err); goto done; }
+        registry_set_catalog(reg, cat);
+        log_info("model catalogue %s: %d model(s)", o.catalog_file, cat->n);
+    }
     for (int i = 0; i < o.nclouds; i++)
         if (add_cloud(reg, &o.track, o.clouds[i], mono_ms())) goto done;
     if (o.track.auto_cloud[0] && !registry_model_known(reg, o.track.auto_cloud)) {
@@ -619,7 +631,8 @@ int cmd_serve(int argc0, char **argv0)
     if (!runner) { fprintf(stderr, "gpupool serve: cannot start the app runner\n"); goto done; }
 
     coord c = {.cfg = o.cc, .st = st, .reg = reg, .disp = disp, .rules = rules, .cache = cache,
-               .track = track, .apps = apps, .runner = runner, .rollouts = rollouts, .started_mono = mono_ms()};
+               .track = track, .apps = apps, .runner = runner, .rollouts = rollouts, .catalog = cat,
+               .started_mono = mono_ms()};
     http_server_opts ho = {.listen = o.listen, .max_body = o.max_body, .fast = coord_fast, .handler = coord_handle,
                            .observe = coord_observe, .answer = coord_answer, .app = &c};
     srv = http_server_start(&ho, err, sizeof err);
@@ -668,6 +681,7 @@ done:
     apps_cfg_free(apps);
     rollout_table_close(rollouts);
     registry_free(reg);
+    catalog_free(cat);
     store_close(st);
     detect_rules_free(rules);
     semcache_close(cache);

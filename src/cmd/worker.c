@@ -52,7 +52,8 @@ static void usage(FILE *f)
             "  --advertise URL         the address the coordinator should call (default from --listen)\n"
             "  --name NAME             a name for people (default the host name)\n"
             "  --engine SPEC           openai=URL | ollama=URL | sim (repeatable; default: look for\n"
-            "                          llama-server, vLLM or Ollama here, else the simulator)\n"
+            "                          llama-server, vLLM or Ollama here, else the simulator);\n"
+            "                          none: only the models it starts (--load, the coordinator's catalogue)\n"
             "  --slots N               parallel slots of an engine that does not report them (default 4)\n"
             "  --load NAME=FILE.gguf[,ctx=N][,parallel=N][,keep-alive=D][,ctk=T][,ctv=T][,fa=on|off][,pin]\n"
             "                          a model whose engine starts on first use and stops when idle\n"
@@ -244,6 +245,7 @@ static int setup_engines(worker *w, worker_opts *o)
     }
     for (int i = 0; i < o->nengines && w->nengines < WORKER_MAX_ENGINES; i++) {
         engine e;
+        if (!strcmp(o->engines[i], "none")) continue; /* only started models, from --load or the catalogue */
         if (engine_parse_spec(o->engines[i], &e, err, sizeof err)) { fprintf(stderr, "gpupool worker: %s\n", err); return -1; }
         if (o->slots) e.default_slots = (int)o->slots;
         if (e.kind == ENGINE_SIM && engine_start_sim(&e, o->sim_args, err, sizeof err)) {

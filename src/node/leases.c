@@ -125,7 +125,8 @@ static model_view view_for(const node *nd, const char *model, int64_t now)
     return v;
 }
 
-static place_candidate candidate(const node *nd, const reg_request *rq, const char *const *ex, int nex, int64_t now)
+static place_candidate candidate(const registry *r, const node *nd, const reg_request *rq, const char *const *ex,
+                                 int nex, int64_t now)
 {
     const char *model = rq->model;
     int loadable;
@@ -139,6 +140,7 @@ static place_candidate candidate(const node *nd, const reg_request *rq, const ch
     model_view v = view_for(nd, model, now);
     return (place_candidate){.id = nd->id, .ready = nd->state == NODE_READY && breaker_ok && !nd->silent_reported,
                              .has_model = reg_has_model(nd, model), .loadable = loadable, .need_bytes = need,
+                             .mismatch = !reg_hash_ok(r, nd, model),
                              .excluded = excluded(nd->id, ex, nex) || (rq->trusted_only && nd->external),
                              .inflight = v.inflight, .slots = v.slots, .evicting = evicting,
                              .free_vram = nd->free_vram, .busy_until_ms = v.first_free_ms, .engine_busy = v.busy,
@@ -162,11 +164,11 @@ static place_block try_acquire(registry *r, const reg_request *rq, const char *c
         int loadable;
         reg_loadable_need(r->nodes[i], rq->model, &loadable);
         trusted_serves = !r->nodes[i]->external && r->nodes[i]->state != NODE_OFFLINE &&
-                         (loadable || reg_has_model(r->nodes[i], rq->model));
+                         (loadable || reg_has_model(r->nodes[i], rq->model)) && reg_hash_ok(r, r->nodes[i], rq->model);
     }
     reg_request local = *rq;
     local.trusted_only = rq->trusted_only || trusted_serves;
-    for (int i = 0; i < r->n; i++) c[i] = candidate(r->nodes[i], &local, ex, nex, now);
+    for (int i = 0; i < r->n; i++) c[i] = candidate(r, r->nodes[i], &local, ex, nex, now);
     place_request pr = to_place_request(r, rq);
     double est = 0;
     int pick = placement_pick(&r->cfg.placement, &pr, c, (size_t)r->n, &est);

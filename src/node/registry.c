@@ -68,6 +68,7 @@ static void node_free(node *nd)
     json_decref(nd->gpus);
     json_decref(nd->engines);
     json_decref(nd->loadable_json);
+    json_decref(nd->model_files);
     free(nd);
 }
 
@@ -196,6 +197,9 @@ static void absorb_report(node *nd, json_t *req)
         nd->need[nd->nloadable++] = (uint64_t)need;
     }
     nd->reported_inflight = (int)json_integer_value(json_object_get(req, "inflight"));
+    json_t *files = json_object_get(req, "model_files");
+    json_decref(nd->model_files);
+    nd->model_files = json_is_array(files) ? json_deep_copy(files) : json_array();
 }
 
 static void issue_token(registry *r, node *nd, int64_t now)
@@ -270,6 +274,7 @@ int registry_register(registry *r, const char *bearer, json_t *req, const char *
     *resp = json_pack("{s:s, s:s, s:I, s:I}", "node_id", nd->id, "node_token", nd->token,
                       "token_expires_in_ms", (json_int_t)r->cfg.token_ttl_ms,
                       "heartbeat_ms", (json_int_t)r->cfg.heartbeat_ms);
+    reg_catalog_answer(r, nd, req, *resp);
     log_info("node %s (%s) registered from %s at %s with %d model(s), %d slot(s)", nd->id, nd->name,
              nd->peer, nd->address, nd->nmodels, nd->slots);
     reg_changed(r);
@@ -343,6 +348,7 @@ int registry_heartbeat(registry *r, const char *bearer, json_t *req, const char 
         json_object_set_new(*resp, "node_token", json_string(nd->token));
         json_object_set_new(*resp, "token_expires_in_ms", json_integer(nd->token_expires - now));
     }
+    reg_catalog_answer(r, nd, req, *resp);
     reg_changed(r);
     pthread_mutex_unlock(&r->mu);
     reg_notify(r);
@@ -586,6 +592,7 @@ json_t *registry_nodes_json(registry *r, int64_t now)
             json_object_set_new(o, "engine_queued", json_integer(nd->engine_queued));
             json_object_set_new(o, "profile", profile_json(&nd->prof, now));
             json_object_set_new(o, "consecutive_failures", json_integer(nd->fails));
+            reg_node_catalog_json(r, nd, o);
             json_array_append_new(arr, o);
         }
     }
@@ -606,6 +613,7 @@ json_t *registry_models_json(registry *r, int64_t now)
          * start list it under "loadable_on". */
         for (int k = 0; k < nd->nmodels + nd->nloadable; k++) {
             const char *name = k < nd->nmodels ? nd->models[k] : nd->loadable[k - nd->nmodels];
+            if (!reg_hash_ok(r, nd, name)) continue; /* listed under the entry's status instead */
             json_t *entry = json_object_get(seen, name);
             if (!entry) {
                 entry = json_pack("{s:s, s:s, s:s, s:[], s:[]}", "id", name, "object", "model", "owned_by",
@@ -617,6 +625,7 @@ json_t *registry_models_json(registry *r, int64_t now)
                                   json_string(nd->id));
         }
     }
+    reg_models_catalog(r, data, seen);
     pthread_mutex_unlock(&r->mu);
     json_decref(seen);
     return json_pack("{s:s, s:o}", "object", "list", "data", data);

@@ -145,6 +145,21 @@ int registry_model_known(registry *r, const char *model);
  * serves or can start the model: a private request has nowhere else to go. */
 int registry_model_trusted(registry *r, const char *model);
 
+/* The model catalogue (catalog/catalog.h), read-only while the registry
+ * lives; NULL = none.  With one, a model whose entry pins a sha256 goes
+ * only to nodes that reported that file, each node is told the catalogue
+ * in its register and heartbeat answers, and the views show per-node states. */
+struct catalog;
+void registry_set_catalog(registry *r, const struct catalog *cat);
+/* Whether every node that has or could start model is barred from it by a
+ * file that differs from the catalogue's (or is not verified yet): 1 with a
+ * one-line account of those nodes in why, 0 when some node may serve it or
+ * none has it at all. */
+int registry_model_blocked(registry *r, const char *model, char *why, size_t whylen);
+/* Per live node and catalogue model, its state there: an array of
+ * {"node":id, "name":node name, "model":entry name, "state":...}. */
+json_t *registry_catalog_status(registry *r);
+
 /* External capacity: an OpenAI-compatible backend outside the LAN (a cloud
  * API), trust tier "external".  It serves a model only while no live trusted
  * node serves (or can start) it, and never a private request.  It never heartbeats and is always ready

@@ -42,6 +42,7 @@ typedef struct node {
     uint64_t *need;
     int nloadable;
     json_t *gpus, *engines, *loadable_json;
+    json_t *model_files;  /* per model: the file's sha256 and state, as the worker reports them */
     /* circuit breaker */
     int fails;            /* failures in a row */
     int64_t open_until;   /* open (no work) until this monotonic ms; 0 = not open */
@@ -77,6 +78,7 @@ struct registry {
     unsigned rr_ticket;   /* round-robin's running counter */
     uint32_t lease_seq;
     uint64_t cold_starts;
+    const struct catalog *catalog; /* the model catalogue; NULL = none */
 };
 
 /* Helpers both halves use; callers hold the registry's lock. */
@@ -86,5 +88,19 @@ node *reg_find(registry *r, const char *id);
 int reg_has_model(const node *nd, const char *model);
 /* The need for a model the node can start; 0 with *found = 0 if it cannot. */
 uint64_t reg_loadable_need(const node *nd, const char *model, int *found);
+
+/* node/catalog_view.c: the catalogue's side of the registry. */
+/* Whether the node may get work for model: no catalogue entry pins a file
+ * for it, or the node reported that very file's sha256.  External
+ * capacity is not checked (it has no files to report). */
+int reg_hash_ok(const registry *r, const node *nd, const char *model);
+/* Adds the catalogue (as the node sees it) to a register or heartbeat
+ * answer, unless the request's catalog_etag says the node has it. */
+void reg_catalog_answer(const registry *r, const node *nd, json_t *req, json_t *resp);
+/* The node's catalogue models with their states, for /v1/nodes. */
+void reg_node_catalog_json(const registry *r, const node *nd, json_t *o);
+/* Adds the catalogue's entries (aliases, per-node states) to the model
+ * list: entries already in seen (by id) are extended, others appended. */
+void reg_models_catalog(const registry *r, json_t *data, json_t *seen);
 
 #endif

@@ -78,7 +78,7 @@ static int slots_of(const place_candidate *c) { return c->slots > 0 ? c->slots :
 /* Could serve the request, leaving slots aside. */
 static int eligible(const place_candidate *c)
 {
-    return c->ready && !c->excluded && (c->has_model || fits(c));
+    return c->ready && !c->excluded && !c->mismatch && (c->has_model || fits(c));
 }
 
 static int has_free_slot(const place_candidate *c) { return c->inflight < slots_of(c); }
@@ -216,7 +216,8 @@ place_block placement_why(const place_cfg *cfg, const place_candidate *c, size_t
 {
     int serves = 0, usable = 0, could_start = 0;
     for (size_t i = 0; i < n; i++) {
-        if (!c[i].has_model && !c[i].loadable) continue;
+        /* A node with another file of the model does not serve it at all. */
+        if ((!c[i].has_model && !c[i].loadable) || c[i].mismatch) continue;
         serves = 1;
         if (eligible(&c[i])) usable = 1;
         if (c[i].loadable && !c[i].has_model) could_start = 1;

@@ -16,7 +16,8 @@
  * multiplied up for a hot or throttled GPU.  Unmeasured figures fall back to
  * the pool's best figures for the model, with a small edge so that a node
  * not yet measured gets tried.  A node qualifies when it is ready, was
- * not tried already for this request, has a free slot, and serves the model
+ * not tried already for this request, holds the catalogue's file for the
+ * model (when the catalogue pins one), has a free slot, and serves the model
  * or can start it within its free VRAM (the planner's need).  When a busy
  * node would still finish much sooner than any free one, the request waits
  * for it (PLACE_DEFER) instead of going to a slow node, once the free node's
@@ -71,6 +72,7 @@ typedef struct place_candidate {
     uint64_t need_bytes; /* the planner's estimate for starting it */
     int evicting;     /* starting it would stop other (idle) models there */
     int excluded;     /* already tried for this request */
+    int mismatch;     /* its file for the model is not the catalogue's (or not verified): never chosen */
     int inflight;     /* requests the coordinator has on it */
     int slots;        /* engine slots; <= 0 counts as 1 */
     double busy_until_ms; /* with every slot taken: when the first should free (0 = not known) */

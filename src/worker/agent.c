@@ -10,6 +10,7 @@
 
 #include "http/client.h"
 #include "worker/procs.h"
+#include "worker/wcatalog.h"
 #include "util/clock.h"
 #include "util/ids.h"
 #include "util/log.h"
@@ -237,6 +238,7 @@ static json_t *report(worker *w)
         json_object_set_new(j, "link", json_pack("{s:f, s:f}", "bytes", w->link_bytes, "ms", w->link_ms));
         w->link_bytes = w->link_ms = 0;
     }
+    wcat_report_locked(w, j);
     return j;
 }
 
@@ -285,6 +287,7 @@ static void do_register(worker *w)
             if (hb > 0) w->heartbeat_ms = hb;
             pthread_mutex_unlock(&w->mu);
             log_info("joined the pool at %s as %s", w->coordinator, id);
+            wcat_take(w, ans);
         }
     } else if (st) {
         log_error("the coordinator refused registration (%ld): %s", st, error_message(ans));
@@ -313,6 +316,7 @@ static void do_heartbeat(worker *w)
             pthread_mutex_unlock(&w->mu);
             log_debug("node token rotated");
         }
+        wcat_take(w, ans);
     } else if (st == 401) {
         /* The coordinator restarted or our token expired: join again. */
         log_warn("the coordinator no longer knows this node (%s); registering again", error_message(ans));
@@ -354,6 +358,7 @@ static void *agent_thread(void *arg)
     for (;;) {
         worker_refresh(w);
         worker_unload_idle(w, mono_ms());
+        wcat_hash_pending(w);
         pthread_mutex_lock(&w->mu);
         int registered = w->registered, stopping = w->stopping;
         pthread_mutex_unlock(&w->mu);
@@ -390,4 +395,5 @@ void worker_agent_stop(worker *w)
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
     pthread_join(w->thread, NULL);
+    wcat_stop(w);
 }

@@ -68,6 +68,9 @@ typedef struct worker {
     double link_bytes, link_ms; /* large request bodies since the last heartbeat, and their arrival time */
     int stopping;
     pthread_t thread;
+    /* the catalogue the coordinator sent (worker/wcatalog), guarded by mu */
+    struct wcatalog *catalog;
+    int hasher_running;         /* a thread hashes model files, off the heartbeat path */
 } worker;
 
 int worker_agent_start(worker *w);

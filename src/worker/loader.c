@@ -222,7 +222,7 @@ int worker_ensure_loaded(worker *w, const char *model, char *why, size_t whylen)
         pthread_mutex_lock(&w->mu);
         copy = *e;
         pthread_mutex_unlock(&w->mu);
-        rc = managed_start(&copy, w->engine_cmd, w->load_timeout_ms, &mem, &have_mem, why, whylen);
+        rc = managed_start(&copy, m->engine_cmd[0] ? m->engine_cmd : w->engine_cmd, w->load_timeout_ms, &mem, &have_mem, why, whylen);
     }
     measured_entry fresh;
     int store = 0;

@@ -45,6 +45,8 @@ typedef struct managed_spec {
     char measured_path[600];
     managed_defaults defaults;
     uint64_t estimate_bytes;   /* the planner's figure */
+    char engine_cmd[1024];     /* its own start template (a catalogue "command" engine); "" = the worker's */
+    char catalog_sha256[65];   /* the file the catalogue pins for this model; "" = none */
     /* live, under the worker's lock */
     uint64_t need_bytes;       /* what a start needs: the measurement's when there is one */
     int measured;              /* meas is valid */
@@ -56,6 +58,9 @@ typedef struct managed_spec {
     int64_t started_ms;
     int starts;
     char last_error[600];      /* why the last start failed, with the log's last lines */
+    char sha256[65];           /* the GGUF file's digest (worker/filehash); "" until hashed */
+    int hash_state;            /* 0 not hashed yet, > 0 sha256 holds it, < 0 the file could not be read
+                                * (worker/wcatalog: 2 and -2 while a re-check is due) */
 } managed_spec;
 
 /* The default command: llama.cpp's server. */
