@@ -17,6 +17,7 @@ static const struct {
     {"drain", cmd_drain, "stop sending a node new work (running work finishes)"},
     {"undrain", cmd_undrain, "let a drained node take work again"},
     {"forget", cmd_forget, "remove a node from the pool"},
+    {"logs", cmd_logs, "show the audit log: each call, its route and redacted bodies"},
 };
 
 static void usage(FILE *f)

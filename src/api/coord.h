@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 
+#include "api/audit.h"
 #include "api/lowcode.h"
 #include "http/server.h"
 #include "node/registry.h"
@@ -39,6 +40,7 @@ typedef struct coord {
     dispatcher *disp;
     const struct detect_rules *rules; /* sensitive-data detectors (policy/detect) */
     semcache *cache;                  /* the semantic cache (api/cache); NULL when off */
+    auditor *audit;                   /* the audit log (api/audit); NULL when off */
     int64_t started_mono;
 } coord;
 
@@ -78,6 +80,9 @@ void api_register(coord *c, http_req *req);
 void api_heartbeat(coord *c, http_req *req);
 void api_metrics(coord *c, http_req *req);
 void api_plan(coord *c, http_req *req);
+/* api/audit_api.c: GET /v1/audit and GET /v1/audit/{request_id} (admin). */
+void api_audit_list(coord *c, http_req *req);
+void api_audit_get(coord *c, http_req *req, const char *request_id);
 
 /* Shared by the proxy paths (api/openai.c, api/stream.c): the headers that
  * name who served, and whether an answer is the node refusing (its

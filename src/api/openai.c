@@ -110,6 +110,7 @@ static int prepare(coord *c, http_req *req, api_kind kind, prepared *p)
         json_decref(body);
         return -1;
     }
+    audit_route_class(req, p->cls.is_private, p->cls.rule);
     if (!registry_model_known(c->reg, p->model)) {
         api_error(req, 404, "invalid_request_error", "model_not_found", "model",
                   "the model '%s' is not served by any node in the pool", p->model);
@@ -152,6 +153,13 @@ void api_served_by(http_req *req, const node_lease *l, const char *private_rule)
  * memory, timed out): worth one more try elsewhere while tries remain. */
 static int engine_failed(long status) { return status >= 500 && status != 501 && status != 505; }
 
+static const char *attempt_outcome(const http_result *res)
+{
+    if (!res->status) return "unreachable";
+    if (api_node_refused(res->status, res->body)) return "refused";
+    return engine_failed(res->status) ? "engine_error" : "ok";
+}
+
 static int forward_buffered(coord *c, http_req *req, const http_call_opts *o, const node_lease *lease,
                             const char *private_rule, const api_cache_req *cr, int may_retry, char *why,
                             size_t whylen)
@@ -162,6 +170,7 @@ static int forward_buffered(coord *c, http_req *req, const http_call_opts *o, co
     int ok = registry_status_served(res.status) && !api_node_refused(res.status, res.body);
     if (!http_req_client_gone(req)) observe(c->reg, lease, res.status, ok, res.body, res.body_len, t0, 0);
     registry_release(c->reg, lease, mono_ms(), ok);
+    audit_route_attempt(req, lease->node_id, lease->external, res.status, attempt_outcome(&res));
     int done = 1;
     if (res.status == 0 && http_req_client_gone(req)) {
         api_error(req, 499, "invalid_request_error", "client_closed", NULL, "the client left");
@@ -288,6 +297,7 @@ static void fast_done(void *ctx, http_result *res)
     int ok = registry_status_served(res->status) && !api_node_refused(res->status, res->body);
     if (!http_req_client_gone(req)) observe(f->c->reg, &f->lease, res->status, ok, res->body, res->body_len, f->started_us, 0);
     registry_release(f->c->reg, &f->lease, mono_ms(), ok);
+    audit_route_attempt(req, f->lease.node_id, f->lease.external, res->status, attempt_outcome(res));
     int retry = engine_failed(res->status) && f->c->cfg.max_attempts > 1;
     if (res->status && !api_node_refused(res->status, res->body) && !retry) {
         api_served_by(req, &f->lease, f->private_rule);

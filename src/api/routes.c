@@ -30,6 +30,8 @@ static const api_route ROUTES[] = {
     {"DELETE", "/v1/nodes/{id}", OP_NODE_FORGET, AUTH_ADMIN, ROUTE_NODES, 0},
     {"POST", "/v1/plan", OP_PLAN, AUTH_CLIENT, ROUTE_PLAN, 0},
     {"DELETE", "/v1/cache", OP_CACHE_INVALIDATE, AUTH_ADMIN, ROUTE_CACHE, 0},
+    {"GET", "/v1/audit", OP_AUDIT_LIST, AUTH_ADMIN, ROUTE_AUDIT, 0},
+    {"GET", "/v1/audit/{request_id}", OP_AUDIT_GET, AUTH_ADMIN, ROUTE_AUDIT, 0},
 };
 #define NROUTES (sizeof ROUTES / sizeof ROUTES[0])
 

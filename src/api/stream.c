@@ -36,6 +36,8 @@ typedef struct session {
     char *next_body;
     api_cache_req cache;       /* a lookup that missed: its answer may be stored */
     cache_stream *collect;     /* the answer so far, to store; NULL when not storing */
+    char request_id[72];       /* for the audit record's text */
+    int64_t started_us;
 } session;
 
 static void session_free(session *s)
@@ -156,6 +158,8 @@ static void finished(void *ctx, const relay_outcome *o)
         api_cache_store_json(s->c, &s->cache, completion);
         json_decref(completion);
     }
+    if (s->events > 0 || s->text.len)
+        audit_stream_done(s->c->audit, s->request_id, s->text.data, s->text.len, mono_us() - s->started_us);
     session_free(s);
 }
 
@@ -173,6 +177,8 @@ int api_forward_stream(coord *c, http_req *req, const http_call_opts *o, const n
     memcpy(s->orig, o->body, o->body_len);
     s->orig[o->body_len] = 0;
     s->orig_len = o->body_len;
+    snprintf(s->request_id, sizeof s->request_id, "%s", audit_request_id(req));
+    s->started_us = mono_us();
     s->c = c;
     s->lease = *lease;
     s->held = 1;
@@ -201,6 +207,8 @@ int api_forward_stream(coord *c, http_req *req, const http_call_opts *o, const n
         api_error(req, 499, "invalid_request_error", "client_closed", NULL, "the client left");
         return 1;
     }
+    audit_route_attempt(req, first.node_id, first.external, status,
+                        status == 0 ? "unreachable" : api_node_refused(status, NULL) ? "refused" : "ok");
     if (status == 200) {
         api_served_by(req, &first, private_rule);
         relay_to_client(r, req, 200);

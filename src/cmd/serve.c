@@ -38,6 +38,8 @@ typedef struct serve_opts {
     int cache_on;
     int64_t cache_max_bytes;
     long cache_ttl_s;
+    int audit_on;
+    audit_cfg audit;
 } serve_opts;
 
 static void usage(FILE *f)
@@ -85,6 +87,10 @@ static void usage(FILE *f)
             "  --cache-ttl-s N           an entry expires N seconds after it was stored (default 86400; 0 = never)\n"
             "  --cache-turns N           messages the cache key covers, the last one included (default 8; 0 = all)\n"
             "  --cache-max-temperature F requests sampling hotter than F are not cached (default 0.3)\n"
+            "  --audit on|off            the audit log of every call, redacted, in DIR/gpupool.db (default on)\n"
+            "  --audit-days N            audit records are kept N days (default 7)\n"
+            "  --audit-body-max SIZE     bytes kept of each request and answer body (default 64K)\n"
+            "  --audit-queue-max N       records that may wait for the writer; more are dropped (default 8192)\n"
             "  --privacy-keyword WORD    requests containing WORD are private (repeatable)\n"
             "  --privacy-regex RE        requests matching the PCRE2 pattern RE are private (repeatable)\n"
             "  --cloud NAME=URL,models=M1|M2,key-env=VAR[,slots=N]\n"
@@ -220,6 +226,7 @@ static int parse(int argc, char **argv, serve_opts *o)
         {"envelope-origin", 1, 0, 'O'}, {"field-case", 1, 0, 'z'},
         {"cache", 1, 0, 256}, {"cache-threshold", 1, 0, 257}, {"cache-max-bytes", 1, 0, 258},
         {"cache-ttl-s", 1, 0, 259}, {"cache-turns", 1, 0, 260}, {"cache-max-temperature", 1, 0, 261},
+        {"audit", 1, 0, 320}, {"audit-days", 1, 0, 321}, {"audit-body-max", 1, 0, 322}, {"audit-queue-max", 1, 0, 323},
         {"help", 0, 0, 'H'}, {0, 0, 0, 0}};
     long v;
     double f;
@@ -263,6 +270,8 @@ static int parse(int argc, char **argv, serve_opts *o)
         INTOPT('G', o->cc.lowcode.max_age_s, 1, 86400, "--cors-max-age")
         INTOPT(259, o->cache_ttl_s, 0, 86400L * 365, "--cache-ttl-s")
         INTOPT(260, o->cc.cache.turns, 0, 10000, "--cache-turns")
+        INTOPT(321, o->audit.days, 1, 3650, "--audit-days")
+        INTOPT(323, o->audit.queue_max, 1, 1000000, "--audit-queue-max")
 #undef INTOPT
 #define DBLOPT(ch, field, lo, hi, name) \
         case ch: if (parse_double(optarg, lo, hi, &f)) { fprintf(stderr, "gpupool serve: %s wants a number from %g to %g\n", name, (double)lo, (double)hi); return -1; } field = f; break;
@@ -294,6 +303,19 @@ static int parse(int argc, char **argv, serve_opts *o)
             }
             o->cache_on = !strcmp(optarg, "on");
             break;
+        case 320:
+            if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
+                fprintf(stderr, "gpupool serve: --audit wants on or off\n");
+                return -1;
+            }
+            o->audit_on = !strcmp(optarg, "on");
+            break;
+        case 322: {
+            int64_t s = opts_parse_size(optarg);
+            if (s < 0 || s > (64 << 20)) { fprintf(stderr, "gpupool serve: --audit-body-max wants a size up to 64M, like 64K\n"); return -1; }
+            o->audit.body_max = (size_t)s;
+            break;
+        }
         case 258: {
             int64_t s = opts_parse_size(optarg);
             if (s < 4096) { fprintf(stderr, "gpupool serve: --cache-max-bytes wants a size of at least 4K, like 64M\n"); return -1; }
@@ -387,7 +409,8 @@ int cmd_serve(int argc0, char **argv0)
                     .token_ttl_s = 600, .task_timeout_ms = 600000,
                     .cc = {.queue_max = 256, .queue_timeout_ms = 60000, .upstream_timeout_ms = 600000,
                            .max_attempts = 3, .stream_continue = 1, .task_queue_max = 100000},
-                    .queue = {.aging_ms = 30000}, .hedge_factor = 2, .hedge_min_ms = 2000, .backoff_ms = 250};
+                    .queue = {.aging_ms = 30000}, .hedge_factor = 2, .hedge_min_ms = 2000, .backoff_ms = 250,
+                    .audit_on = 1, .audit = {.days = 7, .body_max = 64 * 1024, .queue_max = 8192}};
     place_weights_default(&o.placement.w);
     cache_config_init(&o.cc.cache);
     o.cache_ttl_s = (long)(o.cc.cache.ttl_ms / 1000);
@@ -400,6 +423,7 @@ int cmd_serve(int argc0, char **argv0)
     http_server *srv = NULL;
     detect_rules *rules = NULL;
     semcache *cache = NULL;
+    auditor *audit = NULL;
     if (parse(argc, argv, &o)) goto done;
     o.cc.cache.ttl_ms = (int64_t)o.cache_ttl_s * 1000;
     o.cc.cache.max_bytes = (size_t)o.cache_max_bytes;
@@ -468,8 +492,18 @@ int cmd_serve(int argc0, char **argv0)
                  o.cc.cache.max_temperature);
     }
 
+    if (o.audit_on) {
+        audit_db *adb = audit_db_open(o.data, err, sizeof err);
+        if (!adb || !(audit = auditor_start(adb, rules, &o.audit))) {
+            if (adb) audit_db_close(adb);
+            fprintf(stderr, "gpupool serve: audit log: %s\n", adb ? "cannot start its writer" : err);
+            goto done;
+        }
+        log_info("audit log on: kept %d day(s), bodies up to %zu bytes, redacted", o.audit.days, o.audit.body_max);
+    }
+
     coord c = {.cfg = o.cc, .st = st, .reg = reg, .disp = disp, .rules = rules, .cache = cache,
-               .started_mono = mono_ms()};
+               .audit = audit, .started_mono = mono_ms()};
     http_server_opts ho = {.listen = o.listen, .max_body = o.max_body, .fast = coord_fast, .handler = coord_handle,
                            .observe = coord_observe, .answer = coord_answer, .app = &c};
     srv = http_server_start(&ho, err, sizeof err);
@@ -504,6 +538,7 @@ done:
     relay_abort_all();
     if (reg) registry_shutdown(reg);
     http_server_stop(srv);
+    auditor_stop(audit);
     dispatcher_stop(disp);
     registry_free(reg);
     store_close(st);

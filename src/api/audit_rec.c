@@ -1,0 +1,121 @@
+/* api/audit_rec: see audit_rec.h. */
+#include "api/audit_rec.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "policy/redact.h"
+
+int audit_request_id_ok(const char *id)
+{
+    if (!id) return 0;
+    size_t n = strlen(id);
+    if (n == 0 || n > 64) return 0;
+    for (size_t i = 0; i < n; i++) {
+        char ch = id[i];
+        int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '.' ||
+                 ch == '_' || ch == ':' || ch == '-';
+        if (!ok) return 0;
+    }
+    return 1;
+}
+
+/* Redacts every string value in place; -1 when memory ran out. */
+static int redact_strings(const detect_rules *r, json_t *j)
+{
+    if (json_is_string(j)) {
+        size_t n;
+        char *red = redact_text(r, json_string_value(j), json_string_length(j), &n);
+        if (!red) return -1;
+        int rc = json_string_setn(j, red, n);
+        free(red);
+        return rc;
+    }
+    if (json_is_object(j)) {
+        /* The pool's own identifiers are hex, where a digit run can pass
+         * for a bank card; they are never the user's data. */
+        static const char *const ids[] = {"id", "request_id", "task_id", "batch_id", "node_id"};
+        const char *k;
+        json_t *v;
+        json_object_foreach(j, k, v) {
+            int is_id = 0;
+            for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++) is_id |= !strcmp(k, ids[i]);
+            if (!(is_id && json_is_string(v)) && redact_strings(r, v)) return -1;
+        }
+    } else if (json_is_array(j)) {
+        size_t i;
+        json_t *v;
+        json_array_foreach(j, i, v) if (redact_strings(r, v)) return -1;
+    }
+    return 0;
+}
+
+/* Cuts s to at most cap bytes, never inside a UTF-8 sequence. */
+static void cut_utf8(char *s, size_t cap)
+{
+    size_t n = strlen(s);
+    if (n <= cap) return;
+    while (cap > 0 && ((unsigned char)s[cap] & 0xC0) == 0x80) cap--;
+    s[cap] = 0;
+}
+
+char *audit_redact_body(const detect_rules *r, const char *body, size_t len, int cut, size_t cap, int *truncated)
+{
+    *truncated = cut;
+    char *out = NULL;
+    if (!cut && len <= cap && len && (body[0] == '{' || body[0] == '[')) {
+        json_t *j = json_loadb(body, len, 0, NULL);
+        if (j && !redact_strings(r, j)) out = json_dumps(j, JSON_COMPACT);
+        json_decref(j);
+    }
+    if (!out) {
+        size_t keep = len > cap + AUDIT_REDACT_MARGIN ? cap + AUDIT_REDACT_MARGIN : len;
+        if (keep < len) *truncated = 1;
+        out = redact_text(r, body ? body : "", body ? keep : 0, NULL);
+        if (!out) return NULL;
+    }
+    if (strlen(out) > cap) {
+        cut_utf8(out, cap);
+        *truncated = 1;
+    }
+    return out;
+}
+
+void audit_task_of(const char *method, const char *path, const char *poll_id, const char *response, size_t len,
+                   char *out, size_t outlen)
+{
+    out[0] = 0;
+    if (outlen == 0) return;
+    const char *pre = "/v1/tasks/";
+    if (!strncmp(path, pre, strlen(pre))) {
+        const char *id = path + strlen(pre);
+        size_t n = strcspn(id, "/");
+        if (!strcmp(id, "poll")) {
+            id = poll_id ? poll_id : "";
+            n = strlen(id);
+        }
+        if (n && n < outlen) { memcpy(out, id, n); out[n] = 0; }
+        return;
+    }
+    if (strcmp(method, "POST") || strcmp(path, "/v1/tasks") || !response || !len) return;
+    json_t *j = json_loadb(response, len, 0, NULL);
+    const char *id = json_string_value(json_object_get(j, "id"));
+    if (id && !strncmp(id, "task_", 5) && strlen(id) < outlen) strcpy(out, id);
+    json_decref(j);
+}
+
+int audit_parse_since(const char *s, int64_t now_ms, int64_t *out)
+{
+    if (!s || !*s) return -1;
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || v < 0 || s[0] == '-' || s[0] == '+') return -1;
+    if (!*end) { *out = v; return 0; }
+    if (end[1]) return -1;
+    long long unit = *end == 's' ? 1000 : *end == 'm' ? 60000 : *end == 'h' ? 3600000 : *end == 'd' ? 86400000 : 0;
+    if (!unit || v > 3650LL * 86400000 / unit) return -1;
+    *out = now_ms - v * unit;
+    if (*out < 0) *out = 0;
+    return 0;
+}
