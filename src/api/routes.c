@@ -32,6 +32,7 @@ static const api_route ROUTES[] = {
     {"DELETE", "/v1/cache", OP_CACHE_INVALIDATE, AUTH_ADMIN, ROUTE_CACHE, 0},
     {"GET", "/v1/audit", OP_AUDIT_LIST, AUTH_ADMIN, ROUTE_AUDIT, 0},
     {"GET", "/v1/audit/{request_id}", OP_AUDIT_GET, AUTH_ADMIN, ROUTE_AUDIT, 0},
+    {"GET", "/v1/webhooks/deliveries", OP_WEBHOOK_DELIVERIES, AUTH_CLIENT, ROUTE_WEBHOOKS, 0},
 };
 #define NROUTES (sizeof ROUTES / sizeof ROUTES[0])
 
