@@ -16,6 +16,10 @@
 #define MAX_ATTEMPTS 8
 #define BATCH 128
 #define PRUNE_EVERY_MS (10 * 60 * 1000)
+/* The writer wakes this often, or when the queue is half full: a wake-up
+ * per request would cost the request's thread a futex call and the writer
+ * a transaction per record. */
+#define WRITE_EVERY_MS 50
 
 typedef struct attempt {
     char node[40];
@@ -60,6 +64,9 @@ struct auditor {
     int npending;
 };
 
+static char id_prefix[9];
+static void seed_ids(void) { rand_hex(id_prefix, 4); }
+
 static void note_free(void *p)
 {
     note *n = p;
@@ -95,8 +102,19 @@ static void push(auditor *a, note *n)
     }
     a->ring[(a->head + a->count) % a->cfg.queue_max] = n;
     a->count++;
-    pthread_cond_signal(&a->cv);
+    if (a->count == a->cfg.queue_max / 2 + 1) pthread_cond_signal(&a->cv);
     pthread_mutex_unlock(&a->mu);
+}
+
+/* "req_" and 24 hex digits, like make_id's ids, but without a system call
+ * per request: a random prefix drawn once per process and a counter. */
+static void fresh_id(char *out, size_t len)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    static atomic_ullong next;
+    pthread_once(&once, seed_ids);
+    unsigned long long n = atomic_fetch_add(&next, 1);
+    snprintf(out, len, "req_%s%016llx", id_prefix, n);
 }
 
 void audit_begin(auditor *a, http_req *req, const char *owner, audit_keep keep)
@@ -104,7 +122,7 @@ void audit_begin(auditor *a, http_req *req, const char *owner, audit_keep keep)
     char id[72];
     const char *given = http_req_header(req, "X-Request-Id");
     if (audit_request_id_ok(given)) snprintf(id, sizeof id, "%s", given);
-    else make_id(id, sizeof id, "req");
+    else fresh_id(id, sizeof id);
     http_req_add_header(req, "X-Request-Id", id);
     http_set_header(req, "X-Request-Id", id);
     if (!a || keep == AUDIT_NONE) return;
@@ -213,9 +231,11 @@ static void prepare(auditor *a, const note *n, prepared *p)
     memset(p, 0, sizeof *p);
     int t1 = 0, t2 = 0;
     audit_task_of(n->method, n->path, n->poll_id, n->resp_body, n->resp_len, p->task_id, sizeof p->task_id);
-    if (n->req_body) p->req = audit_redact_body(a->rules, n->req_body, n->req_len, n->req_cut, a->cfg.body_max, &t1);
+    size_t cap = a->cfg.body_max;
+    int raw = a->cfg.raw_scan;
+    if (n->req_body) p->req = audit_redact_body(a->rules, n->req_body, n->req_len, n->req_cut, cap, raw, &t1);
     if (n->resp_body)
-        p->resp = audit_redact_body(a->rules, n->resp_body, n->resp_len, n->resp_cut, a->cfg.body_max, &t2);
+        p->resp = audit_redact_body(a->rules, n->resp_body, n->resp_len, n->resp_cut, cap, raw, &t2);
     p->route = route_json(n);
     p->e = (audit_entry){.request_id = n->request_id, .ts_ms = n->ts_ms, .method = n->method, .path = n->path,
                          .status = n->status, .duration_us = n->dur_us, .owner = n->owner, .task_id = p->task_id,
@@ -236,7 +256,7 @@ static void write_batch(auditor *a, note **batch, int n)
             nrows = 0;
             int cut = 0;
             char *text = audit_redact_body(a->rules, batch[i]->resp_body, batch[i]->resp_len, batch[i]->resp_cut,
-                                           a->cfg.body_max, &cut);
+                                           a->cfg.body_max, a->cfg.raw_scan, &cut);
             int found = text ? audit_db_set_response(a->db, batch[i]->request_id, text, cut, batch[i]->dur_us) : -1;
             free(text);
             if (found == 0 && a->npending < 64) {
@@ -264,7 +284,8 @@ static void retry_pending(auditor *a, int last_call)
     for (int i = 0; i < a->npending; i++) {
         note *n = a->pending[i];
         int cut = 0, found = -1;
-        char *text = audit_redact_body(a->rules, n->resp_body, n->resp_len, n->resp_cut, a->cfg.body_max, &cut);
+        char *text =
+            audit_redact_body(a->rules, n->resp_body, n->resp_len, n->resp_cut, a->cfg.body_max, a->cfg.raw_scan, &cut);
         if (text) found = audit_db_set_response(a->db, n->request_id, text, cut, n->dur_us);
         free(text);
         if (found == 0 && !last_call && mono_ms() - n->ts_ms < 30000) a->pending[kept++] = n;
@@ -286,12 +307,12 @@ static void *writer(void *arg)
     prune(a);
     pthread_mutex_lock(&a->mu);
     for (;;) {
-        while (!a->count && !a->stopping) {
+        if (a->count < BATCH && !a->stopping) {
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_sec += 1;
+            ts.tv_nsec += WRITE_EVERY_MS * 1000000L;
+            if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
             pthread_cond_timedwait(&a->cv, &a->mu, &ts);
-            if (mono_ms() - pruned_at >= PRUNE_EVERY_MS) break;
         }
         note *batch[BATCH];
         int n = 0;

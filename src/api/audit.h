@@ -22,6 +22,7 @@ typedef struct audit_cfg {
     int days;            /* records older than this are pruned */
     size_t body_max;     /* bytes kept of each body */
     int queue_max;       /* records that may wait for the writer */
+    int raw_scan;        /* no configured regex: see audit_redact_body */
 } audit_cfg;
 
 /* Starts the writer over db (which it then owns).  NULL on failure. */

@@ -60,10 +60,28 @@ static void cut_utf8(char *s, size_t cap)
     s[cap] = 0;
 }
 
-char *audit_redact_body(const detect_rules *r, const char *body, size_t len, int cut, size_t cap, int *truncated)
+/* Whether the raw text shows nothing to redact and hides nothing from a
+ * raw scan (no escapes), so parsing it would change nothing. */
+static int raw_clean(const detect_rules *r, const char *body, size_t len)
+{
+    if (memchr(body, '\\', len)) return 0;
+    detect_hit hit;
+    return detect_text(r, body, len, &hit, 1) == 0;
+}
+
+char *audit_redact_body(const detect_rules *r, const char *body, size_t len, int cut, size_t cap, int raw_scan,
+                        int *truncated)
 {
     *truncated = cut;
     char *out = NULL;
+    if (!cut && len <= cap && len && (body[0] == '{' || body[0] == '[') && raw_scan && raw_clean(r, body, len)) {
+        if (!(out = malloc(len + 1))) return NULL;
+        memcpy(out, body, len);
+        out[len] = 0;
+        if (strlen(out) == len) return out;
+        free(out); /* a NUL inside: not JSON text; redact as text below */
+        out = NULL;
+    }
     if (!cut && len <= cap && len && (body[0] == '{' || body[0] == '[')) {
         json_t *j = json_loadb(body, len, 0, NULL);
         if (j && !redact_strings(r, j)) out = json_dumps(j, JSON_COMPACT);

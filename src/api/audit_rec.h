@@ -22,8 +22,12 @@ int audit_request_id_ok(const char *id);
  * cut says the caller already kept only a prefix of a longer body.  A whole
  * JSON body has each string value redacted (escapes decoded first); anything
  * else is redacted as text.  *truncated is set when the result is not the
- * whole body.  NULL when memory ran out. */
-char *audit_redact_body(const detect_rules *r, const char *body, size_t len, int cut, size_t cap, int *truncated);
+ * whole body.  NULL when memory ran out.
+ * raw_scan says the rules hold no configured regex (which may be anchored to
+ * a field's start or end), so that a JSON body without escapes in which a
+ * scan of its raw text finds nothing may be kept as it is, unparsed. */
+char *audit_redact_body(const detect_rules *r, const char *body, size_t len, int cut, size_t cap, int raw_scan,
+                        int *truncated);
 
 /* The task a call concerns: the {id} of /v1/tasks/{id}, poll_id (the
  * ?id= of /v1/tasks/poll), or the "id" of a task a POST /v1/tasks answer

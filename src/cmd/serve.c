@@ -550,6 +550,7 @@ int cmd_serve(int argc0, char **argv0)
     }
 
     if (o.audit_on) {
+        o.audit.raw_scan = o.nregexes == 0;
         audit_db *adb = audit_db_open(o.data, err, sizeof err);
         if (!adb || !(audit = auditor_start(adb, rules, &o.audit))) {
             if (adb) audit_db_close(adb);

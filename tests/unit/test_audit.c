@@ -54,7 +54,7 @@ static void json_bodies_redacted(void **state)
     const char *body = "{\"model\":\"m\",\"id\":\"task_4111111111111111\",\"input\":{\"messages\":[{\"role\":\"user\","
                        "\"content\":\"mail bob\\u0040example.com about Project Falcon\"}]}}";
     int cut = -1;
-    char *out = audit_redact_body(rules, body, strlen(body), 0, 4096, &cut);
+    char *out = audit_redact_body(rules, body, strlen(body), 0, 4096, 1, &cut);
     assert_non_null(out);
     assert_int_equal(cut, 0);
     assert_null(strstr(out, "example.com"));
@@ -66,13 +66,39 @@ static void json_bodies_redacted(void **state)
     free(out);
 }
 
+static void raw_scan_shortcut(void **state)
+{
+    (void)state;
+    /* nothing to redact: kept byte for byte, unparsed */
+    const char *clean = "{\"b\": 1,  \"a\":\"hello\"}";
+    int cut;
+    char *out = audit_redact_body(rules, clean, strlen(clean), 0, 4096, 1, &cut);
+    assert_string_equal(out, clean);
+    free(out);
+    /* an escape could hide a span from the raw scan: parsed and redacted */
+    const char *hidden = "{\"a\":\"bob\\u0040example.com\"}";
+    out = audit_redact_body(rules, hidden, strlen(hidden), 0, 4096, 1, &cut);
+    assert_non_null(strstr(out, "[REDACTED:email]"));
+    free(out);
+    /* a regex anchored to a field's start sees only fields, not raw text */
+    static const char *const re[] = {"^secret", NULL};
+    char err[200];
+    detect_rules *anchored = detect_rules_new(NULL, re, err, sizeof err);
+    assert_non_null(anchored);
+    const char *body = "{\"a\":\"secret plan\"}";
+    out = audit_redact_body(anchored, body, strlen(body), 0, 4096, 0, &cut);
+    assert_null(strstr(out, "secret plan"));
+    free(out);
+    detect_rules_free(anchored);
+}
+
 static void text_bodies_and_caps(void **state)
 {
     (void)state;
     /* SSE text, not JSON */
     const char *sse = "data: {\"x\":\"call 13800138000\"}\n\n";
     int cut;
-    char *out = audit_redact_body(rules, sse, strlen(sse), 0, 4096, &cut);
+    char *out = audit_redact_body(rules, sse, strlen(sse), 0, 4096, 1, &cut);
     assert_null(strstr(out, "13800138000"));
     assert_int_equal(cut, 0);
     free(out);
@@ -82,23 +108,23 @@ static void text_bodies_and_caps(void **state)
     big[0] = '{'; /* looks like JSON but is cut: treated as text */
     memcpy(big + 95, " alice@example.org ", 19);
     big[sizeof big - 1] = 0;
-    out = audit_redact_body(rules, big, strlen(big), 0, 100, &cut);
+    out = audit_redact_body(rules, big, strlen(big), 0, 100, 1, &cut);
     assert_int_equal(cut, 1);
     assert_true(strlen(out) <= 100);
     assert_null(strstr(out, "alice"));
     free(out);
     /* the caller kept only a prefix: still marked cut */
-    out = audit_redact_body(rules, "short", 5, 1, 100, &cut);
+    out = audit_redact_body(rules, "short", 5, 1, 100, 1, &cut);
     assert_string_equal(out, "short");
     assert_int_equal(cut, 1);
     free(out);
     /* never cut inside a UTF-8 sequence */
     const char *cjk = "\xe4\xbd\xa0\xe5\xa5\xbd\xe4\xbd\xa0\xe5\xa5\xbd";
-    out = audit_redact_body(rules, cjk, strlen(cjk), 0, 4, &cut);
+    out = audit_redact_body(rules, cjk, strlen(cjk), 0, 4, 1, &cut);
     assert_string_equal(out, "\xe4\xbd\xa0");
     assert_int_equal(cut, 1);
     free(out);
-    out = audit_redact_body(rules, NULL, 0, 0, 4, &cut);
+    out = audit_redact_body(rules, NULL, 0, 0, 4, 1, &cut);
     assert_string_equal(out, "");
     free(out);
 }
@@ -193,6 +219,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(request_ids),
         cmocka_unit_test(json_bodies_redacted),
+        cmocka_unit_test(raw_scan_shortcut),
         cmocka_unit_test(text_bodies_and_caps),
         cmocka_unit_test(task_of),
         cmocka_unit_test(since),
