@@ -21,34 +21,57 @@ int audit_request_id_ok(const char *id)
     return 1;
 }
 
-/* Redacts every string value in place; -1 when memory ran out. */
-static int redact_strings(const detect_rules *r, json_t *j)
+/* A redacted copy of j: every string, key and number (a phone or card
+ * number may come as a JSON number) with a hit gets its spans replaced;
+ * a number with a hit becomes the redacted string.  NULL when memory ran out. */
+static json_t *redacted(const detect_rules *r, json_t *j)
 {
-    if (json_is_string(j)) {
+    if (json_is_string(j) || json_is_integer(j) || json_is_real(j)) {
+        char num[64];
+        const char *text = num;
+        size_t len;
+        if (json_is_string(j)) { text = json_string_value(j); len = json_string_length(j); }
+        else if (json_is_integer(j)) len = (size_t)snprintf(num, sizeof num, "%" JSON_INTEGER_FORMAT, json_integer_value(j));
+        else len = (size_t)snprintf(num, sizeof num, "%.17g", json_real_value(j));
+        if (!json_is_string(j)) {
+            detect_hit hit;
+            int n = detect_text(r, text, len, &hit, 1);
+            if (n == 0) return json_incref(j);
+            if (n < 0) return NULL;
+        }
         size_t n;
-        char *red = redact_text(r, json_string_value(j), json_string_length(j), &n);
-        if (!red) return -1;
-        int rc = json_string_setn(j, red, n);
+        char *red = redact_text(r, text, len, &n);
+        json_t *out = red ? json_stringn(red, n) : NULL;
         free(red);
-        return rc;
+        return out;
     }
     if (json_is_object(j)) {
-        /* The pool's own identifiers are hex, where a digit run can pass
-         * for a bank card; they are never the user's data. */
-        static const char *const ids[] = {"id", "request_id", "task_id", "batch_id", "node_id"};
+        /* Keys too: a client may put anything there.  Identifiers as well:
+         * an "id" may be the client's text (a hex id whose digit run passes
+         * for a card number is redacted too; a record's task_id is taken
+         * before redaction). */
+        json_t *out = json_object();
         const char *k;
         json_t *v;
         json_object_foreach(j, k, v) {
-            int is_id = 0;
-            for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++) is_id |= !strcmp(k, ids[i]);
-            if (!(is_id && json_is_string(v)) && redact_strings(r, v)) return -1;
+            char *rk = out ? redact_text(r, k, strlen(k), NULL) : NULL;
+            json_t *rv = rk ? redacted(r, v) : NULL;
+            if (!rv || json_object_set_new(out, rk, rv)) { free(rk); json_decref(out); return NULL; }
+            free(rk);
         }
-    } else if (json_is_array(j)) {
+        return out;
+    }
+    if (json_is_array(j)) {
+        json_t *out = json_array();
         size_t i;
         json_t *v;
-        json_array_foreach(j, i, v) if (redact_strings(r, v)) return -1;
+        json_array_foreach(j, i, v) {
+            json_t *rv = out ? redacted(r, v) : NULL;
+            if (!rv || json_array_append_new(out, rv)) { json_decref(out); return NULL; }
+        }
+        return out;
     }
-    return 0;
+    return json_incref(j);
 }
 
 /* Cuts s to at most cap bytes, never inside a UTF-8 sequence. */
@@ -84,7 +107,9 @@ char *audit_redact_body(const detect_rules *r, const char *body, size_t len, int
     }
     if (!cut && len <= cap && len && (body[0] == '{' || body[0] == '[')) {
         json_t *j = json_loadb(body, len, 0, NULL);
-        if (j && !redact_strings(r, j)) out = json_dumps(j, JSON_COMPACT);
+        json_t *red = j ? redacted(r, j) : NULL;
+        if (red) out = json_dumps(red, JSON_COMPACT);
+        json_decref(red);
         json_decref(j);
     }
     if (!out) {

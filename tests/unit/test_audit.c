@@ -61,8 +61,16 @@ static void json_bodies_redacted(void **state)
     assert_null(strstr(out, "Falcon"));
     assert_non_null(strstr(out, "[REDACTED:email]"));
     assert_non_null(strstr(out, "[REDACTED:keyword]"));
-    /* the pool's own ids are left alone */
-    assert_non_null(strstr(out, "task_4111111111111111"));
+    /* no field is exempt, ids included */
+    assert_null(strstr(out, "4111111111111111"));
+    free(out);
+    /* keys, and numbers (a phone sent as a JSON number) */
+    const char *odd = "{\"call 13800138000\":1,\"phone\":13800138000,\"n\":[4111111111111111,7,0.5]}";
+    out = audit_redact_body(rules, odd, strlen(odd), 0, 4096, 1, &cut);
+    assert_null(strstr(out, "13800138000"));
+    assert_null(strstr(out, "4111111111111111"));
+    assert_non_null(strstr(out, "\"phone\":\"[REDACTED:cn_mobile]\""));
+    assert_non_null(strstr(out, ",7,0.5]"));
     free(out);
 }
 
