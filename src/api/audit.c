@@ -309,7 +309,7 @@ static void *writer(void *arg)
     for (;;) {
         if (a->count < BATCH && !a->stopping) {
             struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
+            clock_gettime(CLOCK_MONOTONIC, &ts);
             ts.tv_nsec += WRITE_EVERY_MS * 1000000L;
             if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
             pthread_cond_timedwait(&a->cv, &a->mu, &ts);
@@ -347,7 +347,11 @@ auditor *auditor_start(audit_db *db, const detect_rules *rules, const audit_cfg 
     if (a->cfg.queue_max < 1) a->cfg.queue_max = 4096;
     a->ring = calloc((size_t)a->cfg.queue_max, sizeof *a->ring);
     pthread_mutex_init(&a->mu, NULL);
-    pthread_cond_init(&a->cv, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&a->cv, &ca);
+    pthread_condattr_destroy(&ca);
     if (!a->ring || pthread_create(&a->thread, NULL, writer, a)) {
         pthread_mutex_destroy(&a->mu);
         pthread_cond_destroy(&a->cv);

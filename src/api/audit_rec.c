@@ -144,6 +144,8 @@ void audit_task_of(const char *method, const char *path, const char *poll_id, co
     if (strcmp(method, "POST") || strcmp(path, "/v1/tasks") || !response || !len) return;
     json_t *j = json_loadb(response, len, 0, NULL);
     const char *id = json_string_value(json_object_get(j, "id"));
+    /* the low-code envelope: {"ok","status","data":{...}} */
+    if (!id) id = json_string_value(json_object_get(json_object_get(j, "data"), "id"));
     if (id && !strncmp(id, "task_", 5) && strlen(id) < outlen) strcpy(out, id);
     json_decref(j);
 }

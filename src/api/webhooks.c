@@ -20,6 +20,9 @@
 
 #define SCAN_MS 200
 #define PER_PASS 16
+/* Finished deliveries stay in the delivery log this long. */
+#define KEEP_MS (30LL * 86400000)
+#define PRUNE_EVERY_MS (60 * 60 * 1000)
 
 struct webhooks {
     coord *c;
@@ -164,11 +167,12 @@ static void deliver(webhooks *w, json_t *d)
 static void *run(void *arg)
 {
     webhooks *w = arg;
+    int64_t pruned_at = 0;
     pthread_mutex_lock(&w->mu);
     while (!w->stopping) {
         if (!w->kicked) {
             struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
+            clock_gettime(CLOCK_MONOTONIC, &ts);
             ts.tv_nsec += SCAN_MS * 1000000L;
             if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
             pthread_cond_timedwait(&w->cv, &w->mu, &ts);
@@ -176,6 +180,11 @@ static void *run(void *arg)
         w->kicked = 0;
         if (w->stopping) break;
         pthread_mutex_unlock(&w->mu);
+        if (!pruned_at || mono_ms() - pruned_at >= PRUNE_EVERY_MS) {
+            pruned_at = mono_ms();
+            int64_t n = wh_prune(w->db, wall_ms() - KEEP_MS);
+            if (n > 0) log_info("webhooks: forgot %lld finished deliveries older than 30 days", (long long)n);
+        }
         fire(w);
         json_t *due = wh_due(w->db, wall_ms(), PER_PASS);
         size_t i;
@@ -200,7 +209,11 @@ webhooks *webhooks_start(coord *c, wh_db *db, const webhook_cfg *cfg)
     w->cfg = *cfg;
     if (w->cfg.max_attempts < 1) w->cfg.max_attempts = 1;
     pthread_mutex_init(&w->mu, NULL);
-    pthread_cond_init(&w->cv, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&w->cv, &ca);
+    pthread_condattr_destroy(&ca);
     if (pthread_create(&w->thread, NULL, run, w)) {
         pthread_mutex_destroy(&w->mu);
         pthread_cond_destroy(&w->cv);

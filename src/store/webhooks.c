@@ -223,3 +223,21 @@ json_t *wh_list(wh_db *w, const char *object_id, int limit)
     pthread_mutex_unlock(&w->mu);
     return list;
 }
+
+int64_t wh_prune(wh_db *w, int64_t before_ms)
+{
+    const int64_t t[] = {before_ms};
+    pthread_mutex_lock(&w->mu);
+    int rc = sqlite3_exec(w->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK ? 0 : -1;
+    if (!rc)
+        rc = exec_bound(w, "DELETE FROM webhook_attempts WHERE delivery_id IN (SELECT id FROM webhook_deliveries"
+                           " WHERE state != 'pending' AND created_ms < ?1)", NULL, 0, t, 1);
+    if (!rc)
+        rc = exec_bound(w, "DELETE FROM webhook_deliveries WHERE state != 'pending' AND created_ms < ?1", NULL, 0, t, 1);
+    int64_t n = rc ? -1 : sqlite3_changes(w->db);
+    if (!rc) rc = exec_bound(w, "DELETE FROM webhook_subs WHERE fired_ms != 0 AND fired_ms < ?1", NULL, 0, t, 1);
+    if (!rc) rc = sqlite3_exec(w->db, "COMMIT", NULL, NULL, NULL) == SQLITE_OK ? 0 : -1;
+    if (sqlite3_get_autocommit(w->db) == 0) sqlite3_exec(w->db, "ROLLBACK", NULL, NULL, NULL);
+    pthread_mutex_unlock(&w->mu);
+    return rc ? -1 : n;
+}

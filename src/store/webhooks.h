@@ -36,6 +36,9 @@ json_t *wh_due(wh_db *db, int64_t now_ms, int max);
  * or "failed". */
 int wh_record(wh_db *db, const char *id, int attempt, int64_t ts_ms, int64_t duration_ms, long status,
               const char *error, const char *state, int64_t next_ms);
+/* Forgets finished deliveries (and their attempts) and fired
+ * subscriptions from before before_ms; returns how many deliveries, or -1. */
+int64_t wh_prune(wh_db *db, int64_t before_ms);
 /* Deliveries of an object (any object when NULL), newest first, each with
  * its attempts.  NULL on error. */
 json_t *wh_list(wh_db *db, const char *object_id, int limit);

@@ -148,6 +148,9 @@ static void task_of(void **state)
     const char *resp = "{\"id\":\"task_new\",\"status\":\"queued\"}";
     audit_task_of("POST", "/v1/tasks", NULL, resp, strlen(resp), id, sizeof id);
     assert_string_equal(id, "task_new");
+    const char *env = "{\"ok\":true,\"status\":202,\"data\":{\"id\":\"task_env\"}}";
+    audit_task_of("POST", "/v1/tasks", NULL, env, strlen(env), id, sizeof id);
+    assert_string_equal(id, "task_env");
     audit_task_of("POST", "/v1/chat/completions", NULL, resp, strlen(resp), id, sizeof id);
     assert_string_equal(id, "");
     const char *err = "{\"error\":{\"message\":\"x\"}}";

@@ -129,6 +129,12 @@ static void store_flow(void **state)
     assert_int_equal(json_integer_value(json_object_get(json_array_get(att, 0), "status_code")), 500);
     assert_int_equal(json_integer_value(json_object_get(json_array_get(att, 1), "status_code")), 204);
     json_decref(log);
+    /* finished deliveries older than the cut are forgotten */
+    assert_int_equal(wh_prune(db, 5), 0);
+    assert_int_equal(wh_prune(db, 11), 1);
+    log = wh_list(db, "task_w1", 10);
+    assert_int_equal(json_array_size(log), 0);
+    json_decref(log);
     wh_db_close(db);
     store_close(st);
     char cmd[128];
