@@ -11,8 +11,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "api/webhooks.h"
 #include "harness.h"
+#include "http/client.h"
 #include "http/server.h"
+#include "store/store.h"
 #include "util/ids.h"
 
 #define SECRET "whsec-test-0123456789"
@@ -284,6 +287,48 @@ static void allow_cidr_refuses_other_hosts(void **state)
     h_resp_free(&r);
 }
 
+/* The C API other producers use: an event of their own, delivered signed,
+ * retried and logged like a task's. */
+static void enqueue_api_delivers(void **state)
+{
+    h_pool *p = *state;
+    receiver rx;
+    receiver_start(&rx, 1);
+    http_client_global_init();
+    char dir[512], err[256];
+    snprintf(dir, sizeof dir, "%s/api", p->dir);
+    store *st = store_open(dir, err, sizeof err);
+    assert_non_null(st);
+    wh_db *db = wh_db_open(dir, err, sizeof err);
+    assert_non_null(db);
+    webhook_cfg cfg = {.secret = SECRET, .max_attempts = 3, .backoff_ms = 50, .max_backoff_ms = 50, .timeout_ms = 2000};
+    webhooks *w = webhooks_start(NULL, db, &cfg); /* no tasks or batches: no coordinator needed */
+    assert_non_null(w);
+    assert_int_equal(webhook_enqueue(w, "pipeline.finished", "pipe_1", rx.url, "{\"id\":\"pipe_1\"}"), 0);
+    count_ctx two = {&rx, 2};
+    assert_true(h_wait_until(calls_reach, &two, 10000));
+    json_t *log = NULL;
+    int64_t deadline = h_now_ms() + 5000;
+    while (h_now_ms() < deadline) {
+        json_decref(log);
+        log = wh_list(webhooks_db(w), "pipe_1", 10);
+        const char *s = json_string_value(json_object_get(json_array_get(log, 0), "state"));
+        if (s && !strcmp(s, "delivered")) break;
+    }
+    json_t *d = json_array_get(log, 0);
+    assert_string_equal(json_string_value(json_object_get(d, "state")), "delivered");
+    assert_int_equal(json_array_size(json_object_get(d, "attempts")), 2);
+    json_decref(log);
+    pthread_mutex_lock(&rx.mu);
+    assert_true(rx.calls[1].valid);
+    assert_string_equal(rx.calls[1].event, "pipeline.finished");
+    assert_string_equal(rx.calls[1].body, "{\"id\":\"pipe_1\"}");
+    pthread_mutex_unlock(&rx.mu);
+    webhooks_stop(w);
+    store_close(st);
+    receiver_stop(&rx);
+}
+
 int main(void)
 {
     h_apply_filter();
@@ -291,6 +336,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(retried_signed_and_logged, setup, h_pool_teardown),
         cmocka_unit_test_setup_teardown(pending_delivery_survives_a_crash, setup, h_pool_teardown),
         cmocka_unit_test_setup_teardown(allow_cidr_refuses_other_hosts, setup, h_pool_teardown),
+        cmocka_unit_test_setup_teardown(enqueue_api_delivers, setup, h_pool_teardown),
     };
     return cmocka_run_group_tests_name("webhooks", tests, NULL, NULL);
 }
