@@ -18,6 +18,7 @@
 #       NGINX_WORKERS=auto  worker_processes of each nginx
 #       PERF=1          also `perf record -g` the coordinator during the gateway run
 #       GPUPOOL=path    binary to use (default build-bench/gpupool)
+#       SERVE_ARGS="..." extra `gpupool serve` options (e.g. "--audit off" to compare)
 # Raw wrk outputs, logs and the perf data go to bench/out/ (gitignored).
 set -euo pipefail
 
@@ -94,7 +95,7 @@ wait_ok engine "http://127.0.0.1:$EPORT/v1/models" "$MODEL"
 
 # Coordinator + worker: queue large enough that nothing is refused.
 "$BIN" serve --listen 127.0.0.1:0 --port-file "$TMP/cport" --data "$TMP/data" --join-token "$TOKEN" \
-  --queue-max 4096 --queue-timeout-ms 60000 >"$OUT/gateway-coord.log" 2>&1 &
+  --queue-max 4096 --queue-timeout-ms 60000 ${SERVE_ARGS:-} >"$OUT/gateway-coord.log" 2>&1 &
 CPID=$!; PIDS+=($CPID)
 CPORT=$(wait_port "$TMP/cport")
 "$BIN" worker --coordinator "http://127.0.0.1:$CPORT" --join-token "$TOKEN" --listen 127.0.0.1:0 \

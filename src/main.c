@@ -21,6 +21,7 @@ static const struct {
     {"rollout", cmd_rollout, "move traffic from one model to another in steps, with automatic rollback"},
     {"compare", cmd_compare, "run one input set through two models and compare their JSON answers"},
     {"models", cmd_models, "list the model catalogue and each node's state for every model"},
+    {"logs", cmd_logs, "show the audit log: each call, its route and redacted bodies"},
 };
 
 static void usage(FILE *f)

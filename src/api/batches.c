@@ -311,6 +311,14 @@ static void not_found(http_req *req, const char *id)
     api_error(req, 404, "invalid_request_error", "batch_not_found", NULL, "no batch with id '%s'", id);
 }
 
+json_t *api_batch_view(coord *c, const char *id, int *found)
+{
+    batch_rec b;
+    int rc = store_batch_get(c->st, id, &b);
+    *found = rc != STORE_NOT_FOUND;
+    return rc == STORE_OK ? batch_json(c, &b) : NULL;
+}
+
 static void respond_batch(coord *c, http_req *req, const char *id, int status)
 {
     batch_rec b;
@@ -325,7 +333,7 @@ static void respond_batch(coord *c, http_req *req, const char *id, int status)
 
 /* Stores the parsed items as one batch and answers. */
 static void store_and_answer(coord *c, http_req *req, const batch_in *in, item *items, classification *cls,
-                             size_t n)
+                             size_t n, const char *callback)
 {
     size_t len;
     const char *raw = http_req_body(req, &len);
@@ -380,6 +388,8 @@ static void store_and_answer(coord *c, http_req *req, const batch_in *in, item *
         api_server_error(req, 503, "store_unavailable", "the batch could not be stored; nothing was accepted");
     } else {
         log_info("batch %s: %zu items accepted at priority %d", id, n, in->priority);
+        if (callback && webhook_subscribe(c->hooks, "batch", id, callback))
+            log_error("batch %s: could not store its callback_url", id);
         respond_batch(c, req, id, 202);
         dispatcher_task_queued(c->disp);
     }
@@ -393,11 +403,17 @@ void api_batches_create(coord *c, http_req *req)
     size_t n = json_array_size(in.inputs), got = 0;
     item *items = calloc(n, sizeof *items);
     classification *cls = calloc(n, sizeof *cls);
+    json_t *cb_q = NULL;
     if (key && (strlen(key) == 0 || strlen(key) > 255)) {
         api_bad_request(req, "invalid_value", "Idempotency-Key", "the Idempotency-Key header must be 1 to 255 characters");
         goto out;
     }
     if (!items || !cls) { api_server_error(req, 503, "store_unavailable", "out of memory; nothing was accepted"); goto out; }
+    /* JSONL has no place for it but the query */
+    json_t *cb = json_is_object(in.root) ? json_object_get(in.root, "callback_url") : NULL;
+    if (!cb && http_req_query(req, "callback_url")) cb = cb_q = json_string(http_req_query(req, "callback_url"));
+    const char *callback;
+    if (api_callback_url(c, req, cb, &callback)) goto out;
     for (; got < n; got++)
         if (read_item(c, req, &in, got, &items[got], &cls[got])) { got++; goto out; }
     int64_t counts[5];
@@ -408,8 +424,9 @@ void api_batches_create(coord *c, http_req *req)
                   (long long)counts[0], n, (long long)c->cfg.task_queue_max);
         goto out;
     }
-    store_and_answer(c, req, &in, items, cls, n);
+    store_and_answer(c, req, &in, items, cls, n, callback);
 out:
+    json_decref(cb_q);
     for (size_t i = 0; items && i < got; i++) json_decref(items[i].body);
     free(items);
     free(cls);

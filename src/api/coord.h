@@ -5,8 +5,10 @@
 
 #include <stdint.h>
 
+#include "api/audit.h"
 #include "api/lowcode.h"
 #include "api/session_fit.h"
+#include "api/webhooks.h"
 #include "http/server.h"
 #include "node/registry.h"
 #include "policy/cache.h"
@@ -47,6 +49,8 @@ typedef struct coord {
     struct app_runner *runner;        /* moves their runs on (apps/runner) */
     struct rollout_table *rollouts;   /* api/rollout_table; NULL: no rollouts */
     const struct catalog *catalog;    /* the model catalogue (--catalog); NULL when none */
+    auditor *audit;                   /* the audit log (api/audit); NULL when off */
+    webhooks *hooks;                  /* callback deliveries (api/webhooks) */
     int64_t started_mono;
 } coord;
 
@@ -110,6 +114,18 @@ void api_plan(coord *c, http_req *req);
 /* api/sessions.c: GET and DELETE /v1/sessions/{id}. */
 void api_sessions_get(coord *c, http_req *req, const char *id);
 void api_sessions_delete(coord *c, http_req *req, const char *id);
+/* api/audit_api.c: GET /v1/audit and GET /v1/audit/{request_id} (admin). */
+void api_audit_list(coord *c, http_req *req);
+void api_audit_get(coord *c, http_req *req, const char *request_id);
+/* api/webhooks_api.c: GET /v1/webhooks/deliveries; and callback_url, shared
+ * by task and batch creation: NULL when absent, else the URL, or -1 after
+ * answering 400. */
+void api_webhook_deliveries(coord *c, http_req *req);
+int api_callback_url(coord *c, http_req *req, json_t *v, const char **url);
+/* A task and a batch as GET /v1/tasks/{id} and /v1/batches/{id} show them
+ * (webhook bodies); NULL with *found 0 when there is none. */
+json_t *api_task_view(coord *c, const char *id, int *found);
+json_t *api_batch_view(coord *c, const char *id, int *found);
 
 /* Shared by the proxy paths (api/openai.c, api/stream.c): the headers that
  * name who served (route_reason: the router's reason for X-Gpupool-Route,

@@ -9,7 +9,7 @@ static const api_error_code CODES[] = {
     {"empty_body", 400}, {"invalid_json", 400}, {"missing_field", 400}, {"invalid_type", 400},
     {"invalid_value", 400}, {"invalid_gguf", 400}, {"invalid_api_key", 401}, {"admin_required", 403},
     {"cors_origin_not_allowed", 403}, {"model_not_found", 404}, {"task_not_found", 404}, {"batch_not_found", 404}, {"session_not_found", 404},
-    {"node_not_found", 404}, {"not_found", 404}, {"method_not_allowed", 405},
+    {"node_not_found", 404}, {"not_found", 404}, {"audit_off", 404}, {"request_not_found", 404}, {"method_not_allowed", 405},
     {"idempotency_key_reused", 409}, {"task_finished", 409}, {"batch_finished", 409}, {"node_live", 409}, {"body_too_large", 413},
     {"queue_full", 429}, {"budget_exceeded", 429}, {"store_error", 500}, {"no_node_answered", 502}, {"no_capacity", 503},
     {"rollout_not_found", 404}, {"rollout_exists", 409}, {"rollout_state", 409}, {"too_many_rollouts", 409},

@@ -144,6 +144,14 @@ void api_metrics(coord *c, http_req *req)
     api_track_metrics(c, &out);
     rollout_table_metrics(c->rollouts, &out);
     catalog_metrics(c, &out);
+    if (c->audit) {
+        uint64_t written, dropped;
+        auditor_counts(c->audit, &written, &dropped);
+        metrics_header(&out, "gpupool_audit_records_total", "counter", "Audit records written.");
+        buf_printf(&out, "gpupool_audit_records_total %llu\n", (unsigned long long)written);
+        metrics_header(&out, "gpupool_audit_dropped_total", "counter", "Audit records dropped: the writer's queue was full.");
+        buf_printf(&out, "gpupool_audit_dropped_total %llu\n", (unsigned long long)dropped);
+    }
     http_respond(req, 200, "text/plain; version=0.0.4; charset=utf-8", out.data, out.len);
     buf_free(&out);
 }

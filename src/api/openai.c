@@ -161,6 +161,7 @@ static int prepare(coord *c, http_req *req, api_kind kind, prepared *p, int may_
         return -1;
     }
     api_session_classified(c, &p->sess, &p->cls);
+    audit_route_class(req, p->cls.is_private, p->cls.rule);
     size_t len;
     http_req_body(req, &len);
     if (p->sess.active) {
@@ -239,6 +240,13 @@ void api_served_by(http_req *req, const node_lease *l, const char *private_rule,
  * memory, timed out): worth one more try elsewhere while tries remain. */
 static int engine_failed(long status) { return status >= 500 && status != 501 && status != 505; }
 
+static const char *attempt_outcome(const http_result *res)
+{
+    if (!res->status) return "unreachable";
+    if (api_node_refused(res->status, res->body)) return "refused";
+    return engine_failed(res->status) ? "engine_error" : "ok";
+}
+
 static int forward_buffered(coord *c, http_req *req, const http_call_opts *o, const node_lease *lease,
                             const char *private_rule, const api_track_hop *hop, const api_cache_req *cr,
                             api_session *sess, int may_retry, char *why, size_t whylen)
@@ -252,6 +260,7 @@ static int forward_buffered(coord *c, http_req *req, const http_call_opts *o, co
     /* The cloud bills what it answered, whoever is still listening. */
     if (lease->external && res.status == 200)
         api_track_charge_answer(c, hop->owner, lease->node_id, res.body, res.body_len, hop->prompt_tokens, 0);
+    audit_route_attempt(req, lease->node_id, lease->external, res.status, attempt_outcome(&res));
     int done = 1;
     if (res.status == 0 && http_req_client_gone(req)) {
         api_error(req, 499, "invalid_request_error", "client_closed", NULL, "the client left");
@@ -478,6 +487,7 @@ static void fast_done(void *ctx, http_result *res)
     int ok = registry_status_served(res->status) && !api_node_refused(res->status, res->body);
     if (!http_req_client_gone(req)) observe(f->c->reg, &f->lease, res->status, ok, res->body, res->body_len, f->started_us, 0);
     registry_release(f->c->reg, &f->lease, mono_ms(), ok);
+    audit_route_attempt(req, f->lease.node_id, f->lease.external, res->status, attempt_outcome(res));
     int retry = engine_failed(res->status) && f->c->cfg.max_attempts > 1;
     if (res->status && !api_node_refused(res->status, res->body) && !retry) {
         api_served_by(req, &f->lease, f->private_rule, NULL);

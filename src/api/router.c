@@ -135,6 +135,9 @@ static metrics_route route_and_run(coord *c, http_req *req)
     case OP_ROLLOUT_PAUSE: api_rollouts_act(c, req, id, "pause"); break;
     case OP_ROLLOUT_RESUME: api_rollouts_act(c, req, id, "resume"); break;
     case OP_ROLLOUT_ABORT: api_rollouts_act(c, req, id, "abort"); break;
+    case OP_AUDIT_LIST: api_audit_list(c, req); break;
+    case OP_AUDIT_GET: api_audit_get(c, req, id); break;
+    case OP_WEBHOOK_DELIVERIES: api_webhook_deliveries(c, req); break;
     }
     return rt->metric;
 }
@@ -154,6 +157,11 @@ http_fast_rc coord_fast(http_req *req, void *app)
     char id[256];
     int known;
     const api_route *rt = api_route_find(http_req_method(req), http_req_path(req), id, sizeof id, &known);
+    char owner[40];
+    coord_owner(c, req, owner);
+    audit_begin(c->audit, req, owner,
+                rt && rt->internal ? AUDIT_NONE
+                : rt && (rt->op == OP_AUDIT_LIST || rt->op == OP_AUDIT_GET) ? AUDIT_NO_ANSWER : AUDIT_ALL);
     /* Every request passes here first, so the low-code rewrites happen
      * before any handler reads the body. */
     if (lowcode_prepare(&c->cfg.lowcode, req)) {
@@ -178,7 +186,9 @@ void coord_handle(http_req *req, void *app)
 
 void coord_observe(http_req *req, int status, int64_t dur_us, void *app)
 {
-    api_rollout_observe(app, req, status, dur_us);
+    coord *c = app;
+    audit_finish(c->audit, req, status, dur_us);
+    api_rollout_observe(c, req, status, dur_us);
     /* Tags are route + 1, so an untagged answer (e.g. an early 413) is "other". */
     int tag = http_req_tag(req);
     metrics_observe(tag > 0 ? (metrics_route)(tag - 1) : ROUTE_OTHER, status, dur_us);
@@ -188,4 +198,5 @@ void coord_answer(http_req *req, http_answer *a, void *app)
 {
     coord *c = app;
     lowcode_answer(&c->cfg.lowcode, req, a);
+    audit_answer(c->audit, req, a);
 }

@@ -48,6 +48,9 @@ static const api_route ROUTES[] = {
     {"POST", "/v1/rollouts/{name}/pause", OP_ROLLOUT_PAUSE, AUTH_ADMIN, ROUTE_ROLLOUTS, 0},
     {"POST", "/v1/rollouts/{name}/resume", OP_ROLLOUT_RESUME, AUTH_ADMIN, ROUTE_ROLLOUTS, 0},
     {"POST", "/v1/rollouts/{name}/abort", OP_ROLLOUT_ABORT, AUTH_ADMIN, ROUTE_ROLLOUTS, 0},
+    {"GET", "/v1/audit", OP_AUDIT_LIST, AUTH_ADMIN, ROUTE_AUDIT, 0},
+    {"GET", "/v1/audit/{request_id}", OP_AUDIT_GET, AUTH_ADMIN, ROUTE_AUDIT, 0},
+    {"GET", "/v1/webhooks/deliveries", OP_WEBHOOK_DELIVERIES, AUTH_CLIENT, ROUTE_WEBHOOKS, 0},
 };
 #define NROUTES (sizeof ROUTES / sizeof ROUTES[0])
 

@@ -41,6 +41,8 @@ typedef struct session {
     cache_stream *collect;     /* the answer so far, to store; NULL when not storing */
     api_session turn;          /* a conversation session's turn (inactive when none) */
     int turn_committed;        /* stored on seeing the answer's end, before the client did */
+    char request_id[72];       /* for the audit record's text */
+    int64_t started_us;
 } session;
 
 static void session_free(session *s)
@@ -176,6 +178,8 @@ static void finished(void *ctx, const relay_outcome *o)
     }
     if (s->turn.active && !s->turn_committed && o->status == 200 && !o->upstream_failed && !o->client_gone)
         api_session_commit(s->c, &s->turn, NULL, s->text.data ? s->text.data : "", s->text.len);
+    if (s->events > 0 || s->text.len)
+        audit_stream_done(s->c->audit, s->request_id, s->text.data, s->text.len, mono_us() - s->started_us);
     session_free(s);
 }
 
@@ -194,6 +198,8 @@ int api_forward_stream(coord *c, http_req *req, const http_call_opts *o, const n
     memcpy(s->orig, o->body, o->body_len);
     s->orig[o->body_len] = 0;
     s->orig_len = o->body_len;
+    snprintf(s->request_id, sizeof s->request_id, "%s", audit_request_id(req));
+    s->started_us = mono_us();
     s->c = c;
     s->lease = *lease;
     s->held = 1;
@@ -226,6 +232,8 @@ int api_forward_stream(coord *c, http_req *req, const http_call_opts *o, const n
         api_error(req, 499, "invalid_request_error", "client_closed", NULL, "the client left");
         return 1;
     }
+    audit_route_attempt(req, first.node_id, first.external, status,
+                        status == 0 ? "unreachable" : api_node_refused(status, NULL) ? "refused" : "ok");
     if (status == 200) {
         api_served_by(req, &first, private_rule, hop->reason);
         relay_to_client(r, req, 200);

@@ -63,6 +63,8 @@ static json_t *task_view(coord *c, const char *id, int *found)
     return j;
 }
 
+json_t *api_task_view(coord *c, const char *id, int *found) { return task_view(c, id, found); }
+
 void api_tasks_create(coord *c, http_req *req)
 {
     json_t *body = api_read_json_object(req);
@@ -121,6 +123,8 @@ void api_tasks_create(coord *c, http_req *req)
         json_object_set_new(body, "model", json_string(version_model));
         model = json_object_get(body, "model");
     }
+    const char *callback;
+    if (api_callback_url(c, req, json_object_get(body, "callback_url"), &callback)) goto out;
     in = json_deep_copy(input);
     json_object_set(in, "model", model);
     json_object_del(in, "stream");
@@ -192,6 +196,8 @@ void api_tasks_create(coord *c, http_req *req)
         log_error("could not store a task: %s", store_errmsg(c->st));
         api_server_error(req, 503, "store_unavailable", "the task could not be stored; nothing was accepted");
     } else {
+        if (callback && webhook_subscribe(c->hooks, "task", id, callback))
+            log_error("task %s: could not store its callback_url", id);
         json_t *j = json_pack("{s:s, s:s, s:s}", "id", id, "object", "task", "status", "queued");
         http_set_header(req, "X-Gpupool-Task", id);
         http_respond_json(req, 202, j);

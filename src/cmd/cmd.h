@@ -17,5 +17,6 @@ int cmd_apps(int argc, char **argv);
 int cmd_rollout(int argc, char **argv);
 int cmd_compare(int argc, char **argv);
 int cmd_models(int argc, char **argv);
+int cmd_logs(int argc, char **argv);
 
 #endif

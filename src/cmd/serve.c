@@ -53,6 +53,10 @@ typedef struct serve_opts {
     const char *budgets[65];      /* --budget KEY:SPEC */
     int nbudgets;
     const char *catalog_file;
+    int audit_on;
+    audit_cfg audit;
+    const char *webhook_secret, *webhook_secret_file;
+    webhook_cfg hooks;
 } serve_opts;
 
 static void usage(FILE *f)
@@ -109,6 +113,18 @@ static void usage(FILE *f)
             "  --session-ttl-s N         a session expires N seconds after its last turn (default 86400; 0 = never)\n"
             "  --session-summary-model M summarise a session's dropped turns with M (default: just drop them)\n"
             "  --session-summary-max-tokens N  the longest such summary (default 256)\n"
+            "  --audit on|off            the audit log of every call, redacted, in DIR/gpupool.db (default on)\n"
+            "  --audit-days N            audit records are kept N days (default 7)\n"
+            "  --audit-body-max SIZE     bytes kept of each request and answer body (default 64K)\n"
+            "  --audit-queue-max N       records that may wait for the writer; more are dropped (default 8192)\n"
+            "  --webhook-secret S        signs webhook deliveries (or GPUPOOL_WEBHOOK_SECRET; default:\n"
+            "                            generated once and kept in DIR/webhook-secret)\n"
+            "  --webhook-secret-file F   read the webhook secret from F\n"
+            "  --webhook-max-attempts N  tries per webhook delivery (default 8)\n"
+            "  --webhook-backoff-ms N    first retry delay, doubling with jitter (default 1000)\n"
+            "  --webhook-max-backoff-ms N  longest retry delay (default 600000)\n"
+            "  --webhook-timeout-ms N    one delivery attempt's limit (default 10000)\n"
+            "  --webhook-allow-cidr R    hosts callback URLs may reach (repeatable; default any)\n"
             "  --privacy-keyword WORD    requests containing WORD are private (repeatable)\n"
             "  --privacy-regex RE        requests matching the PCRE2 pattern RE are private (repeatable)\n"
             "  --cloud NAME=URL,models=M1|M2,key-env=VAR[,slots=N][,price-in=X,price-out=Y]\n"
@@ -308,6 +324,10 @@ static int parse(int argc, char **argv, serve_opts *o)
         {"auto-local", 1, 0, 270}, {"auto-cloud", 1, 0, 271}, {"track-rule", 1, 0, 272}, {"budget", 1, 0, 273},
         {"apps", 1, 0, 280},
         {"catalog", 1, 0, 281},
+        {"webhook-secret", 1, 0, 330}, {"webhook-secret-file", 1, 0, 331}, {"webhook-max-attempts", 1, 0, 332},
+        {"webhook-backoff-ms", 1, 0, 333}, {"webhook-max-backoff-ms", 1, 0, 334}, {"webhook-timeout-ms", 1, 0, 335},
+        {"webhook-allow-cidr", 1, 0, 336},
+        {"audit", 1, 0, 320}, {"audit-days", 1, 0, 321}, {"audit-body-max", 1, 0, 322}, {"audit-queue-max", 1, 0, 323},
         {"help", 0, 0, 'H'}, {0, 0, 0, 0}};
     long v;
     double f;
@@ -355,6 +375,12 @@ static int parse(int argc, char **argv, serve_opts *o)
         INTOPT(263, o->session_max_tokens, 16, 10000000, "--session-max-tokens")
         INTOPT(264, o->session_ttl_s, 0, 86400L * 365, "--session-ttl-s")
         INTOPT(266, o->session_summary_tokens, 1, 100000, "--session-summary-max-tokens")
+        INTOPT(321, o->audit.days, 1, 3650, "--audit-days")
+        INTOPT(323, o->audit.queue_max, 1, 1000000, "--audit-queue-max")
+        INTOPT(332, o->hooks.max_attempts, 1, 100, "--webhook-max-attempts")
+        INTOPT(333, o->hooks.backoff_ms, 1, 3600000, "--webhook-backoff-ms")
+        INTOPT(334, o->hooks.max_backoff_ms, 1, 86400000, "--webhook-max-backoff-ms")
+        INTOPT(335, o->hooks.timeout_ms, 100, 600000, "--webhook-timeout-ms")
 #undef INTOPT
 #define DBLOPT(ch, field, lo, hi, name) \
         case ch: if (parse_double(optarg, lo, hi, &f)) { fprintf(stderr, "gpupool serve: %s wants a number from %g to %g\n", name, (double)lo, (double)hi); return -1; } field = f; break;
@@ -397,6 +423,27 @@ static int parse(int argc, char **argv, serve_opts *o)
             }
             break;
         case 265: o->cc.sessions.summary_model = optarg; break;
+        case 330: o->webhook_secret = optarg; break;
+        case 331: o->webhook_secret_file = optarg; break;
+        case 336:
+            if (cidr_list_add(&o->hooks.allow, optarg, err, sizeof err)) {
+                fprintf(stderr, "gpupool serve: --webhook-allow-cidr: %s\n", err);
+                return -1;
+            }
+            break;
+        case 320:
+            if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
+                fprintf(stderr, "gpupool serve: --audit wants on or off\n");
+                return -1;
+            }
+            o->audit_on = !strcmp(optarg, "on");
+            break;
+        case 322: {
+            int64_t s = opts_parse_size(optarg);
+            if (s < 0 || s > (64 << 20)) { fprintf(stderr, "gpupool serve: --audit-body-max wants a size up to 64M, like 64K\n"); return -1; }
+            o->audit.body_max = (size_t)s;
+            break;
+        }
         case 258: {
             int64_t s = opts_parse_size(optarg);
             if (s < 4096) { fprintf(stderr, "gpupool serve: --cache-max-bytes wants a size of at least 4K, like 64M\n"); return -1; }
@@ -490,6 +537,35 @@ static char *join_token(serve_opts *o)
     return strdup(fresh);
 }
 
+/* The webhook signing secret: given, from a file, from the environment, or
+ * made once and kept in the data directory for receivers to be given. */
+static char *webhook_secret(serve_opts *o)
+{
+    if (o->webhook_secret) return strdup(o->webhook_secret);
+    if (o->webhook_secret_file) {
+        char *s = read_small_file(o->webhook_secret_file, 1024);
+        if (!s || !*s) fprintf(stderr, "gpupool serve: cannot read a webhook secret from %s\n", o->webhook_secret_file);
+        if (s && !*s) { free(s); s = NULL; }
+        return s;
+    }
+    const char *env = getenv("GPUPOOL_WEBHOOK_SECRET");
+    if (env && *env) return strdup(env);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/webhook-secret", o->data);
+    char *s = read_small_file(path, 1024);
+    if (s && *s) return s;
+    free(s);
+    char fresh[65], line[80];
+    rand_hex(fresh, 32);
+    snprintf(line, sizeof line, "%s\n", fresh);
+    if (write_file_atomic(path, line)) {
+        fprintf(stderr, "gpupool serve: cannot write %s: %s\n", path, strerror(errno));
+        return NULL;
+    }
+    log_info("generated a webhook signing secret; receivers can be given it from %s", path);
+    return strdup(fresh);
+}
+
 int cmd_serve(int argc0, char **argv0)
 {
     log_set_component("serve");
@@ -501,7 +577,9 @@ int cmd_serve(int argc0, char **argv0)
                     .token_ttl_s = 600, .task_timeout_ms = 600000,
                     .cc = {.queue_max = 256, .queue_timeout_ms = 60000, .upstream_timeout_ms = 600000,
                            .max_attempts = 3, .stream_continue = 1, .task_queue_max = 100000},
-                    .queue = {.aging_ms = 30000}, .hedge_factor = 2, .hedge_min_ms = 2000, .backoff_ms = 250};
+                    .queue = {.aging_ms = 30000}, .hedge_factor = 2, .hedge_min_ms = 2000, .backoff_ms = 250,
+                    .audit_on = 1, .audit = {.days = 7, .body_max = 64 * 1024, .queue_max = 8192},
+                    .hooks = {.max_attempts = 8, .backoff_ms = 1000, .max_backoff_ms = 600000, .timeout_ms = 10000}};
     place_weights_default(&o.placement.w);
     cache_config_init(&o.cc.cache);
     o.cache_ttl_s = (long)(o.cc.cache.ttl_ms / 1000);
@@ -524,6 +602,9 @@ int cmd_serve(int argc0, char **argv0)
     app_runner *runner = NULL;
     rollout_table *rollouts = NULL;
     catalog *cat = NULL;
+    auditor *audit = NULL;
+    webhooks *hooks = NULL;
+    char *hook_secret = NULL;
     if (parse(argc, argv, &o)) goto done;
     o.cc.cache.ttl_ms = (int64_t)o.cache_ttl_s * 1000;
     o.cc.cache.max_bytes = (size_t)o.cache_max_bytes;
@@ -622,6 +703,17 @@ int cmd_serve(int argc0, char **argv0)
                  o.cc.cache.max_temperature);
     }
 
+    if (o.audit_on) {
+        o.audit.raw_scan = o.nregexes == 0;
+        audit_db *adb = audit_db_open(o.data, err, sizeof err);
+        if (!adb || !(audit = auditor_start(adb, rules, &o.audit))) {
+            if (adb) audit_db_close(adb);
+            fprintf(stderr, "gpupool serve: audit log: %s\n", adb ? "cannot start its writer" : err);
+            goto done;
+        }
+        log_info("audit log on: kept %d day(s), bodies up to %zu bytes, redacted", o.audit.days, o.audit.body_max);
+    }
+
     if (o.apps_file) {
         apps = apps_cfg_load(o.apps_file, err, sizeof err);
         if (!apps) { fprintf(stderr, "gpupool serve: --apps: %s\n", err); goto done; }
@@ -632,7 +724,14 @@ int cmd_serve(int argc0, char **argv0)
 
     coord c = {.cfg = o.cc, .st = st, .reg = reg, .disp = disp, .rules = rules, .cache = cache,
                .track = track, .apps = apps, .runner = runner, .rollouts = rollouts, .catalog = cat,
-               .started_mono = mono_ms()};
+               .audit = audit, .started_mono = mono_ms()};
+    wh_db *wdb = (hook_secret = webhook_secret(&o)) ? wh_db_open(o.data, err, sizeof err) : NULL;
+    o.hooks.secret = hook_secret;
+    if (!wdb || !(hooks = c.hooks = webhooks_start(&c, wdb, &o.hooks))) {
+        if (wdb) wh_db_close(wdb);
+        else if (hook_secret) fprintf(stderr, "gpupool serve: webhooks: %s\n", err);
+        goto done;
+    }
     http_server_opts ho = {.listen = o.listen, .max_body = o.max_body, .fast = coord_fast, .handler = coord_handle,
                            .observe = coord_observe, .answer = coord_answer, .app = &c};
     srv = http_server_start(&ho, err, sizeof err);
@@ -676,6 +775,8 @@ done:
     if (reg) registry_shutdown(reg);
     runner_stop(runner); /* wakes app calls waiting on their runs */
     http_server_stop(srv);
+    webhooks_stop(hooks);
+    auditor_stop(audit);
     dispatcher_stop(disp);
     runner_free(runner);
     apps_cfg_free(apps);
@@ -692,6 +793,7 @@ done:
     for (int i = 0; i < o.cc.nadmin; i++) free(o.cc.admin_keys[i]);
     for (int i = 0; i < o.cc.nprivate; i++) free(o.cc.private_keys[i]);
     free(token);
+    free(hook_secret);
     opts_free_argv(argv);
     if (rc == 0) http_client_global_cleanup();
     return rc;

@@ -63,6 +63,8 @@ struct http_req {
     int tag;
     void *ctx;
     void (*free_ctx)(void *);
+    void *note;
+    void (*free_note)(void *);
 };
 
 struct http_waker {
@@ -156,6 +158,22 @@ void http_req_set_ctx(http_req *r, void *ctx, void (*free_ctx)(void *))
     r->free_ctx = free_ctx;
 }
 int http_resp_status(const http_req *r) { return r->status; }
+
+void http_req_set_note(http_req *r, void *note, void (*free_note)(void *))
+{
+    if (r->note && r->free_note) r->free_note(r->note);
+    r->note = note;
+    r->free_note = free_note;
+}
+void *http_req_note(const http_req *r) { return r->note; }
+
+void *http_req_take_note(http_req *r)
+{
+    void *n = r->note;
+    r->note = NULL;
+    r->free_note = NULL;
+    return n;
+}
 
 const char *http_req_header(const http_req *r, const char *name)
 {
@@ -369,6 +387,7 @@ static void req_free(http_req *r)
     hdr_free_all(r->in_headers);
     if (r->resp) MHD_destroy_response(r->resp);
     if (r->ctx && r->free_ctx) r->free_ctx(r->ctx);
+    if (r->note && r->free_note) r->free_note(r->note);
     pthread_mutex_destroy(&r->mu);
     buf_free(&r->body);
     free(r->path);

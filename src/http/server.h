@@ -99,6 +99,12 @@ int http_req_tag(const http_req *r);
 /* Application state that travels with the request (freed with it). */
 void http_req_set_ctx(http_req *r, void *ctx, void (*free_ctx)(void *));
 void *http_req_ctx(const http_req *r);
+/* A second slot for a concern that spans every request whatever its handler
+ * (the audit record), so it never competes with a handler's ctx.  Freed with
+ * the request unless taken back first. */
+void http_req_set_note(http_req *r, void *note, void (*free_note)(void *));
+void *http_req_note(const http_req *r);
+void *http_req_take_note(http_req *r);
 
 /* ---- deferred answers ---- */
 /* After a fast handler returned HTTP_DEFERRED: the answer has been given

@@ -9,6 +9,8 @@
  * atomic and race-free.  Attempt rows are "open" while their outcome is NULL. */
 #include "store/store.h"
 #include "store/sqlite_int.h"
+#include "store/audit.h"
+#include "store/webhooks.h"
 #include "util/err.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -23,7 +25,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define SCHEMA_VERSION 5
+#define SCHEMA_VERSION 6
 #define BUSY_TIMEOUT_MS 5000
 
 enum { Q_QUEUED, Q_RUNNING, Q_SUCCEEDED, Q_FAILED, Q_CANCELED };
@@ -264,6 +266,10 @@ static int setup(store *s, const char *path, char *err, size_t errlen) {
         step = "create the runs tables";
         if (sqlite3_exec(s->db, STORE_RUNS_SCHEMA, NULL, NULL, NULL) != SQLITE_OK) goto fail;
     }
+    step = "add the audit table (version 5)";
+    if (ver < 5 && sqlite3_exec(s->db, STORE_AUDIT_SCHEMA, NULL, NULL, NULL) != SQLITE_OK) goto fail;
+    step = "add the webhook tables (version 6)";
+    if (ver < 6 && sqlite3_exec(s->db, STORE_WEBHOOK_SCHEMA, NULL, NULL, NULL) != SQLITE_OK) goto fail;
     if (ver < SCHEMA_VERSION) {
         size_t sqlcap = strlen(STORE_SCHEMA) + 96;
         char *sql = malloc(sqlcap);

@@ -136,7 +136,7 @@ static void test_reopen_and_wal(void **state) {
     sqlite3_finalize(st);
     assert_int_equal(sqlite3_prepare_v2(raw, "PRAGMA user_version", -1, &st, NULL), SQLITE_OK);
     assert_int_equal(sqlite3_step(st), SQLITE_ROW);
-    assert_int_equal(sqlite3_column_int(st, 0), 5);
+    assert_int_equal(sqlite3_column_int(st, 0), 6);
     sqlite3_finalize(st);
     sqlite3_close(raw);
 
