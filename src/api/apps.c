@@ -56,8 +56,9 @@ static int read_options(http_req *req, const json_t *body, int *priority)
     const char *k;
     json_t *v;
     json_object_foreach((json_t *)body, k, v) {
-        if (strcmp(k, "input") && strcmp(k, "async") && strcmp(k, "priority")) {
-            api_bad_request(req, "invalid_value", k, "unknown field '%s' (the body is {\"input\", \"async\", \"priority\"})", k);
+        if (strcmp(k, "input") && strcmp(k, "async") && strcmp(k, "priority") && strcmp(k, "callback_url")) {
+            api_bad_request(req, "invalid_value", k,
+                            "unknown field '%s' (the body is {\"input\", \"async\", \"priority\", \"callback_url\"})", k);
             return -1;
         }
     }
@@ -146,7 +147,9 @@ void api_app_call(coord *c, http_req *req, const char *name, int pipeline)
     json_t *input = json_object_get(body, "input");
     int priority;
     char *input_text = NULL, *def_text = NULL;
-    if (read_options(req, body, &priority)) goto out;
+    const char *callback;
+    if (read_options(req, body, &priority) || api_callback_url(c, req, json_object_get(body, "callback_url"), &callback))
+        goto out;
     if (!input) {
         api_bad_request(req, "missing_field", "input", "'input' is required (an object the input schema accepts)");
         goto out;
@@ -195,6 +198,9 @@ void api_app_call(coord *c, http_req *req, const char *name, int pipeline)
         api_server_error(req, 503, "store_unavailable", "the run could not be stored; nothing was accepted");
         goto out;
     }
+    /* Subscribed before the run can end, so its end is never missed. */
+    if (callback && webhook_subscribe(c->hooks, "run", id, callback))
+        log_warn("run %s: its callback could not be stored", id);
     runner_kick(c->runner);
     char loc[128];
     snprintf(loc, sizeof loc, "/v1/%s/runs/%s", pipeline ? "pipelines" : "apps", id);
@@ -231,6 +237,15 @@ static json_t *read_run(coord *c, http_req *req, const char *id, int pipeline)
     }
     if (rc != STORE_OK) api_server_error(req, 500, "store_error", "the run could not be read");
     return rc == STORE_OK ? run : NULL;
+}
+
+json_t *api_run_view(coord *c, const char *id, int *found)
+{
+    json_t *run;
+    int rc = store_run_get(c->st, id, &run);
+    *found = rc == STORE_OK;
+    if (rc == STORE_NOT_FOUND) return NULL;
+    return rc == STORE_OK ? run_view(run) : NULL;
 }
 
 void api_run_get(coord *c, http_req *req, const char *id, int pipeline)

@@ -89,6 +89,9 @@ void api_batches_cancel(coord *c, http_req *req, const char *id);
 void api_apps_list(coord *c, http_req *req, int pipelines);
 void api_app_call(coord *c, http_req *req, const char *name, int pipeline);
 void api_run_get(coord *c, http_req *req, const char *id, int pipeline);
+/* An app or pipeline run as GET /v1/.../runs/{id} shows it (webhook bodies);
+ * NULL with *found 0 when there is none. */
+json_t *api_run_view(coord *c, const char *id, int *found);
 /* DELETE /v1/apps/runs/{id}, /v1/pipelines/runs/{id}. */
 void api_run_cancel(coord *c, http_req *req, const char *id, int pipeline);
 /* api/rollouts.c: POST /v1/rollouts, GET /v1/rollouts[/{name}], POST

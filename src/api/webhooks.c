@@ -101,10 +101,15 @@ static void fire(webhooks *w)
         const char *kind = json_string_value(json_object_get(s, "kind"));
         const char *oid = json_string_value(json_object_get(s, "object_id"));
         int found = 0;
-        json_t *obj = !strcmp(kind, "task") ? api_task_view(w->c, oid, &found) : api_batch_view(w->c, oid, &found);
+        json_t *obj = !strcmp(kind, "task")  ? api_task_view(w->c, oid, &found)
+                      : !strcmp(kind, "run") ? api_run_view(w->c, oid, &found)
+                                             : api_batch_view(w->c, oid, &found);
         if (!obj) continue; /* a read error: the next pass tries again */
         char event[64], id[64];
-        webhook_event_name(kind, json_string_value(json_object_get(obj, "status")), event, sizeof event);
+        /* A run's event names what ran: app.succeeded, pipeline.failed. */
+        const char *run_kind = json_string_value(json_object_get(obj, "kind"));
+        webhook_event_name(!strcmp(kind, "run") && run_kind ? run_kind : kind,
+                           json_string_value(json_object_get(obj, "status")), event, sizeof event);
         make_id(id, sizeof id, "whd");
         char *body = json_dumps(obj, JSON_COMPACT);
         if (body && wh_enqueue(w->db, id, event, oid, json_string_value(json_object_get(s, "url")), body, wall_ms(), oid))

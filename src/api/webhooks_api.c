@@ -26,9 +26,11 @@ int api_callback_url(coord *c, http_req *req, json_t *v, const char **url)
 void api_webhook_deliveries(coord *c, http_req *req)
 {
     const char *task = http_req_query(req, "task_id"), *batch = http_req_query(req, "batch_id");
+    const char *run = http_req_query(req, "run_id");
+    if (run && *run) task = run; /* run ids, like task ids, name one object */
     const char *lim = http_req_query(req, "limit");
     if (task && batch) {
-        api_bad_request(req, "invalid_value", "batch_id", "give task_id or batch_id, not both");
+        api_bad_request(req, "invalid_value", "batch_id", "give one of task_id, batch_id and run_id");
         return;
     }
     int limit = 100;

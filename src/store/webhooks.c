@@ -13,7 +13,7 @@
 const char STORE_WEBHOOK_SCHEMA[] =
     "CREATE TABLE IF NOT EXISTS webhook_subs("
     " object_id TEXT PRIMARY KEY NOT NULL,"
-    " kind TEXT NOT NULL CHECK(kind IN ('task','batch')),"
+    " kind TEXT NOT NULL CHECK(kind IN ('task','batch','run')),"
     " url TEXT NOT NULL,"
     " created_ms INTEGER NOT NULL,"
     " fired_ms INTEGER NOT NULL DEFAULT 0);"
@@ -139,7 +139,9 @@ json_t *wh_fired(wh_db *w, int max)
                      "   AND t.status IN ('succeeded','failed','canceled')))"
                      " OR (s.kind = 'batch' AND EXISTS (SELECT 1 FROM batches b WHERE b.id = s.object_id)"
                      "   AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.batch_id = s.object_id"
-                     "   AND t.status IN ('queued','running'))))"
+                     "   AND t.status IN ('queued','running')))"
+                     " OR (s.kind = 'run' AND EXISTS (SELECT 1 FROM runs r WHERE r.id = s.object_id"
+                     "   AND r.status IN ('succeeded','failed','canceled'))))"
                      " LIMIT ?2",
                      names, 3, NULL, max, 0);
     pthread_mutex_unlock(&w->mu);

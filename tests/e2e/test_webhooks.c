@@ -329,6 +329,61 @@ static void enqueue_api_delivers(void **state)
     receiver_stop(&rx);
 }
 
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* An app run with callback_url is delivered when it ends, as app.succeeded
+ * with the run as GET /v1/apps/runs/{id} shows it. */
+static void app_run_calls_back(void **state)
+{
+    h_pool *p = *state;
+    receiver rx;
+    receiver_start(&rx, 0);
+    char apps[400], replies[400], args[700], sim[600];
+    snprintf(apps, sizeof apps, "%s/apps.json", p->dir);
+    snprintf(replies, sizeof replies, "%s/replies.json", p->dir);
+    write_text(apps, "{\"apps\":{\"label\":{\"model\":\"m-small\",\"prompt\":\"Label: {{text}}\","
+                     "\"output_schema\":{\"type\":\"object\",\"required\":[\"label\"]}}}}");
+    write_text(replies, "[{\"match\":\"Label:\",\"reply\":\"{\\\"label\\\": \\\"question\\\"}\"}]");
+    snprintf(args, sizeof args, "--webhook-secret " SECRET " --webhook-backoff-ms 100 --apps %s", apps);
+    h_start_coordinator(p, args);
+    snprintf(sim, sizeof sim, "--ttft-ms%%200%%20--tps%%200%%20--model%%20m-small%%20--reply-map%%20%s", replies);
+    h_start_worker(p, "machine-a", sim, NULL);
+    char body[512];
+    snprintf(body, sizeof body, "{\"input\":{\"text\":\"where is it?\"},\"async\":true,\"callback_url\":\"%s\"}",
+             rx.url);
+    h_resp r;
+    h_request(p, "POST", "/v1/apps/label", body, NULL, &r);
+    assert_int_equal(r.status, 202);
+    char run[64];
+    snprintf(run, sizeof run, "%s", json_string_value(json_object_get(r.json, "id")));
+    h_resp_free(&r);
+    /* a bad callback is refused before anything is stored */
+    h_request(p, "POST", "/v1/apps/label", "{\"input\":{\"text\":\"x\"},\"callback_url\":\"ftp://x\"}", NULL, &r);
+    assert_int_equal(r.status, 400);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(r.json, "error"), "param")), "callback_url");
+    h_resp_free(&r);
+    count_ctx one = {&rx, 1};
+    assert_true(h_wait_until(calls_reach, &one, 15000));
+    pthread_mutex_lock(&rx.mu);
+    assert_string_equal(rx.calls[0].event, "app.succeeded");
+    assert_true(rx.calls[0].valid);
+    json_t *got = json_loads(rx.calls[0].body, 0, NULL);
+    pthread_mutex_unlock(&rx.mu);
+    assert_string_equal(json_string_value(json_object_get(got, "id")), run);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(got, "output"), "label")), "question");
+    json_decref(got);
+    state_ctx delivered = {p, "", "delivered"};
+    snprintf(delivered.query, sizeof delivered.query, "run_id=%s", run);
+    assert_true(h_wait_until(delivery_in_state, &delivered, 5000));
+    receiver_stop(&rx);
+}
+
 int main(void)
 {
     h_apply_filter();
@@ -337,6 +392,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(pending_delivery_survives_a_crash, setup, h_pool_teardown),
         cmocka_unit_test_setup_teardown(allow_cidr_refuses_other_hosts, setup, h_pool_teardown),
         cmocka_unit_test_setup_teardown(enqueue_api_delivers, setup, h_pool_teardown),
+        cmocka_unit_test_setup_teardown(app_run_calls_back, setup, h_pool_teardown),
     };
     return cmocka_run_group_tests_name("webhooks", tests, NULL, NULL);
 }
