@@ -18,6 +18,7 @@ typedef struct watch {
     int fd;
     uint32_t events; /* registered with epoll */
     int idle;        /* registered, but nobody wants its events now */
+    int dead;        /* dropped while events were being delivered */
     io_fd_fn fn;
     void *ctx;
     struct watch *next;
@@ -43,6 +44,8 @@ static struct {
     post *head, *tail;
     int sleeping;           /* in epoll_wait: posts must write the eventfd */
     watch *watches;         /* loop thread only */
+    int delivering;         /* in the middle of a batch of events */
+    watch *dropped;         /* dropped during it: freed after it, since later events of the batch may name them */
     io_timer *timers[MAX_TIMERS];
     int ntimers;
 } L = {.mu = PTHREAD_MUTEX_INITIALIZER, .epfd = -1, .evfd = -1};
@@ -62,6 +65,12 @@ static void drop_watch(watch *w)
 {
     for (watch **pp = &L.watches; *pp; pp = &(*pp)->next)
         if (*pp == w) { *pp = w->next; break; }
+    if (L.delivering) {
+        w->dead = 1;
+        w->next = L.dropped;
+        L.dropped = w;
+        return;
+    }
     free(w);
 }
 
@@ -224,8 +233,13 @@ static int wait_ms(void)
     for (int i = 0; i < L.ntimers; i++)
         if (L.timers[i]->due_us && (!soonest || L.timers[i]->due_us < soonest)) soonest = L.timers[i]->due_us;
     if (!soonest) return 1000;
-    int64_t ms = (soonest - mono_us() + 999) / 1000;
-    return ms < 0 ? 0 : ms > 1000 ? 1000 : (int)ms;
+    /* A timer due in under a millisecond is "as soon as possible" (libmicrohttpd's
+     * zero timeout once a resumed connection has work): rounding it up to
+     * epoll's 1 ms would add that to every proxied call. */
+    int64_t left = soonest - mono_us();
+    if (left < 1000) return 0;
+    int64_t ms = (left + 999) / 1000;
+    return ms > 1000 ? 1000 : (int)ms;
 }
 
 static void drain_eventfd(void *ctx, int fd, uint32_t events)
@@ -254,14 +268,22 @@ static void *loop_thread(void *arg)
         pthread_mutex_lock(&L.mu);
         L.sleeping = 0;
         pthread_mutex_unlock(&L.mu);
+        L.delivering = 1;
         for (int i = 0; i < n; i++) {
             watch *w = evs[i].data.ptr;
+            if (w->dead) continue;
             if (w->idle) { /* e.g. the peer closed a kept connection: stop watching it */
                 epoll_ctl(L.epfd, EPOLL_CTL_DEL, w->fd, NULL);
                 drop_watch(w);
                 continue;
             }
             w->fn(w->ctx, w->fd, evs[i].events);
+        }
+        L.delivering = 0;
+        while (L.dropped) {
+            watch *d = L.dropped;
+            L.dropped = d->next;
+            free(d);
         }
     }
     return NULL;
