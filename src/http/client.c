@@ -12,6 +12,7 @@
 #include <strings.h>
 
 #include "http/loop.h"
+#include "http/upstream.h"
 #include "util/buf.h"
 
 #define POOL_MAX 256
@@ -413,6 +414,10 @@ static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
 int http_call_async(const http_call_opts *o, http_async_done done, void *ctx)
 {
     if (atomic_load(&aborting_all) || io_loop_start()) return -1;
+    atomic_store(&async_ready, 1);
+    /* Plain HTTP with a buffered answer (every proxied call) skips curl. */
+    int fast = upstream_call(o, done, ctx);
+    if (fast <= 0) return fast;
     call_state *st = calloc(1, sizeof *st);
     if (!st) return -1;
     st->async = 1;
@@ -442,6 +447,7 @@ int http_call_async(const http_call_opts *o, http_async_done done, void *ctx)
 static void async_abort(void *arg)
 {
     (void)arg;
+    upstream_abort_calls();
     if (!A.ready) return;
     while (A.active) {
         call_state *st = A.active;
@@ -459,6 +465,7 @@ static void async_abort(void *arg)
 static void async_teardown(void *arg)
 {
     async_abort(arg);
+    upstream_close_idle();
     if (!A.ready) return;
     curl_multi_cleanup(A.multi);
     io_timer_free(A.timer);
