@@ -267,10 +267,19 @@ static atomic_int async_ready;
 
 static void async_abort(void *arg);
 
+static void upstream_abort(void *arg)
+{
+    (void)arg;
+    upstream_abort_calls();
+}
+
 void http_client_abort_all(void)
 {
     atomic_store(&aborting_all, 1);
-    if (atomic_load(&async_ready)) io_post(async_abort, NULL);
+    if (!atomic_load(&async_ready)) return;
+    /* Fast calls run on the loop that made them; curl's on loop 0. */
+    for (int i = 1; i < io_loop_count(); i++) io_post_to(i, upstream_abort, NULL);
+    io_post_to(0, async_abort, NULL);
 }
 
 static void async_free(call_state *st)
@@ -438,8 +447,8 @@ int http_call_async(const http_call_opts *o, http_async_done done, void *ctx)
     if (!st->h) { async_free(st); return -1; }
     setup(st, &st->own);
     atomic_store(&async_ready, 1);
-    if (io_on_loop()) async_add(st);
-    else io_post(async_add, st);
+    if (io_loop_index() == 0) async_add(st);
+    else io_post_to(0, async_add, st);
     return 0;
 }
 
@@ -462,6 +471,13 @@ static void async_abort(void *arg)
     }
 }
 
+static void upstream_teardown(void *arg)
+{
+    (void)arg;
+    upstream_abort_calls();
+    upstream_close_idle();
+}
+
 static void async_teardown(void *arg)
 {
     async_abort(arg);
@@ -481,6 +497,7 @@ static void loop_stop(void)
 {
     if (!atomic_load(&async_ready)) return;
     atomic_store(&aborting_all, 1);
+    for (int i = 1; i < io_loop_count(); i++) io_run_sync_on(i, upstream_teardown, NULL);
     io_run_sync(async_teardown, NULL);
 }
 

@@ -1,5 +1,5 @@
 /* http/upstream: see upstream.h.  Everything here runs on the I/O loop
- * thread, so nothing is locked. */
+ * thread that made the call, so nothing is locked. */
 #include "http/upstream.h"
 
 #include <arpa/inet.h>
@@ -78,7 +78,8 @@ typedef struct call {
     struct call *next;
 } call;
 
-static struct {
+/* Each loop thread has its own calls and kept connections. */
+static __thread struct {
     conn *idle;
     int nidle;
     call *active;
