@@ -192,6 +192,23 @@ int skim_number(json_skim *s, double *v, int *is_int)
     return 1;
 }
 
+int skim_string(json_skim *s, const char **v, size_t *len)
+{
+    white(s);
+    if (s->bad || s->p >= s->end) return fail(s);
+    if (*s->p != '"') return skim_value(s) ? -1 : 0;
+    s->p++;
+    return string_body(s, v, len) ? -1 : 1;
+}
+
+int skim_true(json_skim *s)
+{
+    white(s);
+    if (s->bad || s->p >= s->end) return fail(s);
+    if (*s->p == 't') return literal(s, "true") ? -1 : 1;
+    return skim_value(s) ? -1 : 0;
+}
+
 int skim_done(json_skim *s)
 {
     white(s);

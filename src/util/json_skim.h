@@ -27,6 +27,12 @@ int skim_value(json_skim *s);
 /* The next value if it is a number: 1 (and *is_int when it has no fraction
  * or exponent), 0 when it is something else (skipped), -1 when malformed. */
 int skim_number(json_skim *s, double *v, int *is_int);
+/* The next value if it is a string: 1 with its raw bytes (escapes left as
+ * they are), 0 when it is something else (skipped), -1 when malformed. */
+int skim_string(json_skim *s, const char **v, size_t *len);
+/* The next value: 1 when it is true, 0 when it is anything else (skipped),
+ * -1 when malformed. */
+int skim_true(json_skim *s);
 /* Whether only white space is left (the text ended where it should). */
 int skim_done(json_skim *s);
 /* Whether key (from skim_key) is exactly `name`. */

@@ -101,11 +101,41 @@ static void skim_walks_members_and_stops_at_the_end(void **state)
     assert_false(skim_done(&s));
 }
 
+static void skim_reads_strings_and_true(void **state)
+{
+    (void)state;
+    const char *t = "{\"model\":\"m-1\",\"stream\":true,\"n\":\"a\\\"b\",\"x\":false,\"y\":1}";
+    json_skim s;
+    skim_init(&s, t, strlen(t));
+    const char *k, *v;
+    size_t kl, vl;
+    assert_int_equal(skim_object(&s), 0);
+    assert_int_equal(skim_key(&s, &k, &kl), 1);
+    assert_int_equal(skim_string(&s, &v, &vl), 1);
+    assert_true(vl == 3 && !memcmp(v, "m-1", 3));
+    assert_int_equal(skim_key(&s, &k, &kl), 1);
+    assert_int_equal(skim_true(&s), 1);
+    assert_int_equal(skim_key(&s, &k, &kl), 1);
+    assert_int_equal(skim_string(&s, &v, &vl), 1);
+    assert_true(vl == 4 && !memcmp(v, "a\\\"b", 4)); /* escapes stay raw */
+    assert_int_equal(skim_key(&s, &k, &kl), 1);
+    assert_int_equal(skim_true(&s), 0);
+    assert_int_equal(skim_key(&s, &k, &kl), 1);
+    assert_int_equal(skim_string(&s, &v, &vl), 0); /* a number, skipped */
+    assert_int_equal(skim_key(&s, &k, &kl), 0);
+    assert_true(skim_done(&s));
+    skim_init(&s, "{\"stream\":tru}", 14);
+    assert_int_equal(skim_object(&s), 0);
+    assert_int_equal(skim_key(&s, &k, &kl), 1);
+    assert_int_equal(skim_true(&s), -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(answers_read_as_a_full_parse_reads_them),
         cmocka_unit_test(skim_walks_members_and_stops_at_the_end),
+        cmocka_unit_test(skim_reads_strings_and_true),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
