@@ -1,6 +1,7 @@
 /* sched/profile: see profile.h. */
 #include "sched/profile.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -82,7 +83,7 @@ void call_sample_parse_answer(call_sample *s, const char *body, size_t len)
         }
     }
     if (r < 0 || !skim_done(&k)) return; /* not JSON: nothing learnt */
-    if (ct_found && ct_int) s->completion_tokens = (int)ct;
+    if (ct_found && ct_int && ct >= INT_MIN && ct <= INT_MAX) s->completion_tokens = (int)ct;
     if (tm_found[0]) s->engine_prompt_ms = tm[0];
     if (tm_found[1]) s->engine_decode_ms = tm[1];
 }

@@ -185,10 +185,12 @@ int skim_number(json_skim *s, double *v, int *is_int)
     /* strtod stops where the grammar did; copy so it cannot read past the text. */
     char tmp[64];
     size_t n = (size_t)(s->p - start);
-    if (n >= sizeof tmp) return fail(s);
-    memcpy(tmp, start, n);
-    tmp[n] = 0;
-    *v = strtod(tmp, NULL);
+    char *text = n < sizeof tmp ? tmp : malloc(n + 1);
+    if (!text) return fail(s);
+    memcpy(text, start, n);
+    text[n] = 0;
+    *v = strtod(text, NULL);
+    if (text != tmp) free(text);
     return 1;
 }
 
