@@ -17,13 +17,13 @@
 #include <unistd.h>
 
 #include "http/loop.h"
+#include "http/wire.h"
 #include "util/buf.h"
 #include "util/clock.h"
 
 #define IDLE_MAX 1024            /* kept connections, all hosts together */
 #define IDLE_MAX_AGE_MS 118000   /* curl's default: older ones are not trusted */
 #define CANCEL_SWEEP_MS 200      /* how often running calls ask whether their caller left */
-#define MAX_HEAD 65536
 #define KEY_LEN 300
 
 /* curl's words for the same failures, so logs and errors read as before. */
@@ -44,9 +44,6 @@ typedef struct conn {
     struct conn *next;
 } conn;
 
-enum body_mode { BODY_LENGTH, BODY_CHUNKED, BODY_TO_CLOSE, BODY_NONE };
-enum chunk_state { CH_SIZE, CH_DATA, CH_DATA_END, CH_TRAILER };
-
 typedef struct call {
     /* what to send */
     char key[KEY_LEN];
@@ -66,15 +63,8 @@ typedef struct call {
     http_async_done done;
     void *done_ctx;
     /* what came back */
-    buf in;                      /* received, not yet consumed */
-    int got_bytes, head_done;
-    long status;
-    int keep;                    /* the connection may serve another call */
-    enum body_mode mode;
-    long long left;              /* BODY_LENGTH: bytes to come; chunked: of this chunk */
-    enum chunk_state ch;
-    buf head, body;
-    char ctype[128];
+    int got_bytes;
+    http_wire w;
     struct call *next;
 } call;
 
@@ -230,9 +220,7 @@ static void unlink_call(call *c)
 static void call_free(call *c)
 {
     buf_free(&c->head_out);
-    buf_free(&c->in);
-    buf_free(&c->head);
-    buf_free(&c->body);
+    wire_free(&c->w);
     free(c);
 }
 
@@ -242,23 +230,23 @@ static void finish(call *c, const char *error, int aborted, int timed_out)
 {
     unlink_call(c);
     if (c->fd >= 0) {
-        int keep = !error && c->keep && c->sent == c->head_out.len + c->body_out_len && c->in.len == 0;
+        int keep = !error && c->w.keep && c->sent == c->head_out.len + c->body_out_len && c->w.in.len == 0;
         if (keep) conn_keep(c->key, c->fd);
         else close_fd(c->fd);
         c->fd = -1;
     }
     http_result res;
     memset(&res, 0, sizeof res);
-    res.status = c->head_done ? c->status : 0;
-    snprintf(res.content_type, sizeof res.content_type, "%s", c->ctype);
+    res.status = c->w.head_done ? c->w.status : 0;
+    snprintf(res.content_type, sizeof res.content_type, "%s", c->w.content_type);
     if (error) {
         snprintf(res.error, sizeof res.error, "%s", error);
         res.aborted = aborted;
         res.timed_out = timed_out;
     }
-    res.body_len = c->body.len;
-    res.body = buf_steal(&c->body);
-    res.headers = buf_steal(&c->head);
+    res.body_len = c->w.body.len;
+    res.body = buf_steal(&c->w.body);
+    res.headers = buf_steal(&c->w.head);
     c->done(c->done_ctx, &res);
     http_result_free(&res);
     call_free(c);
@@ -278,7 +266,8 @@ static int retry_fresh(call *c)
     c->fd = -1;
     c->retried = 1;
     c->sent = 0;
-    buf_reset(&c->in);
+    wire_free(&c->w);
+    wire_init(&c->w);
     start_on(c, -1, 0);
     return 1;
 }
@@ -316,139 +305,6 @@ static int send_more(call *c)
 
 /* ---- receiving ---- */
 
-static int header_is(const char *line, size_t len, const char *name, const char **value, size_t *vlen)
-{
-    size_t n = strlen(name);
-    if (len <= n || line[n] != ':' || strncasecmp(line, name, n)) return 0;
-    const char *v = line + n + 1, *e = line + len;
-    while (v < e && (*v == ' ' || *v == '\t')) v++;
-    while (e > v && (e[-1] == ' ' || e[-1] == '\t')) e--;
-    *value = v;
-    *vlen = (size_t)(e - v);
-    return 1;
-}
-
-static int value_has(const char *v, size_t vl, const char *token)
-{
-    size_t n = strlen(token);
-    for (size_t i = 0; i + n <= vl; i++)
-        if (!strncasecmp(v + i, token, n)) return 1;
-    return 0;
-}
-
-/* Parses a complete head of `len` bytes at c->in: 1 done, 0 it was an
- * interim 1xx head (dropped), -1 malformed. */
-static int parse_head(call *c, size_t len)
-{
-    const char *p = c->in.data, *end = p + len;
-    /* "HTTP/1.x NNN reason" */
-    if (len < 12 || strncmp(p, "HTTP/1.", 7) || p[7] < '0' || p[7] > '9' || p[8] != ' ') return -1;
-    for (int i = 9; i < 12; i++)
-        if (p[i] < '0' || p[i] > '9') return -1;
-    int minor = p[7] - '0';
-    long status = (p[9] - '0') * 100 + (p[10] - '0') * 10 + (p[11] - '0');
-    if (status < 100) return -1;
-    if (status < 200 && status != 101) return 0;
-    buf_reset(&c->head);
-    c->ctype[0] = 0;
-    c->keep = minor >= 1;
-    c->mode = BODY_TO_CLOSE;
-    int have_length = 0;
-    const char *line = memchr(p, '\n', len);
-    line = line ? line + 1 : end;
-    while (line < end) {
-        const char *nl = memchr(line, '\n', (size_t)(end - line));
-        if (!nl) break;
-        size_t ll = (size_t)(nl - line);
-        if (ll && line[ll - 1] == '\r') ll--;
-        if (ll == 0) break;
-        if (c->head.len < 16384) {
-            buf_append(&c->head, line, ll);
-            buf_append(&c->head, "\r\n", 2);
-        }
-        const char *v;
-        size_t vl;
-        if (header_is(line, ll, "Content-Type", &v, &vl)) {
-            if (vl >= sizeof c->ctype) vl = sizeof c->ctype - 1;
-            memcpy(c->ctype, v, vl);
-            c->ctype[vl] = 0;
-        } else if (header_is(line, ll, "Content-Length", &v, &vl)) {
-            char num[32];
-            if (!vl || vl >= sizeof num) return -1;
-            memcpy(num, v, vl);
-            num[vl] = 0;
-            char *e;
-            long long n = strtoll(num, &e, 10);
-            if (*e || n < 0) return -1;
-            c->left = n;
-            have_length = 1;
-        } else if (header_is(line, ll, "Transfer-Encoding", &v, &vl)) {
-            if (value_has(v, vl, "chunked")) c->mode = BODY_CHUNKED;
-        } else if (header_is(line, ll, "Connection", &v, &vl)) {
-            if (value_has(v, vl, "close")) c->keep = 0;
-            else if (value_has(v, vl, "keep-alive")) c->keep = 1;
-        }
-        line = nl + 1;
-    }
-    if (c->mode != BODY_CHUNKED && have_length) c->mode = BODY_LENGTH;
-    if (status == 204 || status == 304 || (c->mode == BODY_LENGTH && c->left == 0)) c->mode = BODY_NONE;
-    if (c->mode == BODY_TO_CLOSE) c->keep = 0;
-    c->status = status;
-    c->head_done = 1;
-    c->ch = CH_SIZE;
-    return 1;
-}
-
-/* Moves body bytes from c->in to c->body: 1 when the answer is complete, 0
- * when more must come, -1 when malformed. */
-static int take_body(call *c)
-{
-    if (c->mode == BODY_NONE) return 1;
-    if (c->mode == BODY_TO_CLOSE) {
-        if (buf_append(&c->body, c->in.data, c->in.len)) return -1;
-        buf_reset(&c->in);
-        return 0;
-    }
-    if (c->mode == BODY_LENGTH) {
-        size_t n = (long long)c->in.len < c->left ? c->in.len : (size_t)c->left;
-        if (n && buf_append(&c->body, c->in.data, n)) return -1;
-        buf_consume(&c->in, n);
-        c->left -= (long long)n;
-        return c->left == 0;
-    }
-    for (;;) {
-        if (c->ch == CH_DATA) {
-            size_t n = (long long)c->in.len < c->left ? c->in.len : (size_t)c->left;
-            if (n && buf_append(&c->body, c->in.data, n)) return -1;
-            buf_consume(&c->in, n);
-            c->left -= (long long)n;
-            if (c->left) return 0;
-            c->ch = CH_DATA_END;
-        }
-        if (c->ch == CH_DATA_END) {
-            if (c->in.len < 2) return 0;
-            if (memcmp(c->in.data, "\r\n", 2)) return -1;
-            buf_consume(&c->in, 2);
-            c->ch = CH_SIZE;
-        }
-        const char *nl = c->in.len ? memchr(c->in.data, '\n', c->in.len) : NULL;
-        if (!nl) return c->in.len > 4096 ? -1 : 0;
-        size_t ll = (size_t)(nl - c->in.data) + 1;
-        if (c->ch == CH_TRAILER) {
-            int blank = ll <= 2;
-            buf_consume(&c->in, ll);
-            if (blank) return 1;
-            continue;
-        }
-        char *e;
-        long long n = strtoll(c->in.data, &e, 16);
-        if (e == c->in.data || n < 0 || (*e != '\r' && *e != '\n' && *e != ';' && *e != ' ')) return -1;
-        buf_consume(&c->in, ll);
-        c->left = n;
-        c->ch = n ? CH_DATA : CH_TRAILER;
-    }
-}
-
 /* Reads what arrived and moves the call on. */
 static void receive(call *c)
 {
@@ -459,28 +315,15 @@ static void receive(call *c)
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
         if (n < 0) { fail(c, E_RECV); return; }
         if (n == 0) {
-            if (c->head_done && c->mode == BODY_TO_CLOSE) { take_body(c); finish(c, NULL, 0, 0); }
-            else if (c->head_done) finish(c, E_PARTIAL, 0, 0);
+            if (wire_eof(&c->w)) finish(c, NULL, 0, 0);
+            else if (c->w.head_done) finish(c, E_PARTIAL, 0, 0);
             else fail(c, c->got_bytes ? E_RECV : E_NOTHING);
             return;
         }
         c->got_bytes = 1;
-        if (buf_append(&c->in, tmp, (size_t)n)) { finish(c, E_MEMORY, 0, 0); return; }
-        while (!c->head_done) {
-            const char *e = c->in.len >= 4 ? memmem(c->in.data, c->in.len, "\r\n\r\n", 4) : NULL;
-            if (!e) {
-                if (c->in.len > MAX_HEAD) { finish(c, E_HEAD, 0, 0); return; }
-                break;
-            }
-            size_t hl = (size_t)(e - c->in.data) + 4;
-            int r = parse_head(c, hl);
-            if (r < 0) { finish(c, E_HEAD, 0, 0); return; }
-            buf_consume(&c->in, hl);
-        }
-        if (!c->head_done) continue;
-        int r = take_body(c);
-        if (r < 0) { finish(c, E_RECV, 0, 0); return; }
-        if (r > 0) { finish(c, NULL, 0, 0); return; }
+        int r = wire_feed(&c->w, tmp, (size_t)n);
+        if (r == WIRE_DONE) { finish(c, NULL, 0, 0); return; }
+        if (r != WIRE_MORE) { finish(c, r == WIRE_BAD_HEAD ? E_HEAD : r == WIRE_NO_MEMORY ? E_MEMORY : E_RECV, 0, 0); return; }
         /* Short answers come in one piece; read again only when the loop says
          * there is more, instead of a read that finds nothing. */
         if ((size_t)n < sizeof tmp) return;
@@ -615,6 +458,7 @@ int upstream_call(const http_call_opts *o, http_async_done done, void *ctx)
     if (o->body || strcasecmp(method, "GET")) bad |= buf_printf(&c->head_out, "Content-Length: %zu\r\n", o->body ? o->body_len : 0);
     bad |= buf_puts(&c->head_out, "\r\n");
     if (bad) { call_free(c); return -1; }
+    wire_init(&c->w);
     c->body_out = o->body;
     c->body_out_len = o->body ? o->body_len : 0;
     c->fd = -1;
