@@ -10,13 +10,17 @@
 #            two chained nginx reverse proxies with keepalive upstreams)
 # It prints req/s, p50 and p99 per path, then gateway/nginx2 and gateway/direct
 # throughput ratios (target: gateway/nginx2 >= 1.0x) and the p50 the gateway
-# adds over direct (target < 0.3 ms) and over the nginx chain.
+# adds over direct (target < 0.3 ms) and over the nginx chain.  Then, unless
+# FOOTPRINT=0, the coordinator's memory: its RSS right after the load, and
+# bench/footprint.sh's figures with 100 registered simulated nodes and 10,000
+# stored tasks.
 #
 # Run:  bench/gateway.sh            (from anywhere; builds build-bench/gpupool if missing)
 # Env:  THREADS=2 CONNS=16 DURATION=10s WARMUP=3s  wrk settings, same for every path
 #       SLOTS=64        simulator + worker slots (keep CONNS <= SLOTS: no queueing)
 #       NGINX_WORKERS=auto  worker_processes of each nginx
 #       PERF=1          also `perf record -g` the coordinator during the gateway run
+#       FOOTPRINT=0     skip the memory figures (bench/footprint.sh, about a minute)
 #       GPUPOOL=path    binary to use (default build-bench/gpupool)
 #       SERVE_ARGS="..." extra `gpupool serve` options (e.g. "--audit off" to compare)
 # Raw wrk outputs, logs and the perf data go to bench/out/ (gitignored).
@@ -26,7 +30,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT="$ROOT/bench/out"
 BIN=${GPUPOOL:-$ROOT/build-bench/gpupool}
 THREADS=${THREADS:-2} CONNS=${CONNS:-16} DURATION=${DURATION:-10s} WARMUP=${WARMUP:-3s}
-SLOTS=${SLOTS:-64} NGINX_WORKERS=${NGINX_WORKERS:-auto} PERF=${PERF:-0}
+SLOTS=${SLOTS:-64} NGINX_WORKERS=${NGINX_WORKERS:-auto} PERF=${PERF:-0} FOOTPRINT=${FOOTPRINT:-1}
 MODEL=sim-llama-8b TOKEN=bench-token
 [ "$CONNS" -le "$SLOTS" ] || echo "note: CONNS=$CONNS > SLOTS=$SLOTS, requests will queue" >&2
 
@@ -195,5 +199,13 @@ run_path nginx2 "$NG_FRONT"
     printf "p50 added over nginx chain     : %+.3f ms\n", gp-np
   }'
 } | tee "$OUT/gateway-summary.txt"
+COORD_RSS=$(awk '$1=="VmRSS:"{print $2}' "/proc/$CPID/status" 2>/dev/null || echo 0)
+echo "coordinator VmRSS after the load: $COORD_RSS KiB (1 node, no stored tasks)" | tee -a "$OUT/gateway-summary.txt"
+if [ "$FOOTPRINT" = 1 ]; then
+  echo; echo "coordinator memory with 100 nodes and 10,000 tasks (bench/footprint.sh):"
+  GPUPOOL="$BIN" NODES=100 TASKS=10000 "$ROOT/bench/footprint.sh" >"$OUT/gateway-footprint.txt" 2>&1 \
+    || { tail -5 "$OUT/gateway-footprint.txt"; die "bench/footprint.sh failed (see $OUT/gateway-footprint.txt)"; }
+  sed -n '/^coordinator (VmRSS)/,$p' "$OUT/gateway-footprint.txt" | tee -a "$OUT/gateway-summary.txt"
+fi
 total_errs=$(( ${ERRS[gateway]} + ${ERRS[direct]} + ${ERRS[nginx2]} ))
 [ "$total_errs" -eq 0 ] || { echo "warning: $total_errs failed requests (see $OUT/gateway-wrk-*.txt)"; exit 2; }

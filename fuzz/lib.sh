@@ -1,5 +1,6 @@
-# fuzz/lib.sh: what the targeted fuzz scripts (run_detect.sh, run_cache.sh)
-# share: finding clang with libFuzzer, building a target with ASan/UBSan, and
+# fuzz/lib.sh: what the targeted fuzz scripts (run_detect.sh, run_cache.sh,
+# run_json_skim.sh, run_wire.sh) share: finding clang with libFuzzer, building
+# a target with ASan/UBSan, and
 # running it over its corpus for a bounded time.  Sourced, not run.
 OUT=fuzz/out   # gitignored
 

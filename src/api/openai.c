@@ -485,7 +485,10 @@ static void fast_done(void *ctx, http_result *res)
     fast_call *f = ctx;
     http_req *req = f->req;
     int ok = registry_status_served(res->status) && !api_node_refused(res->status, res->body);
-    if (!http_req_client_gone(req)) observe(f->c->reg, &f->lease, res->status, ok, res->body, res->body_len, f->started_us, 0);
+    /* A call that got its answer teaches whether or not the client is still
+     * there, so only a failed one costs the look at the client's socket. */
+    if (res->status || !http_req_client_gone(req))
+        observe(f->c->reg, &f->lease, res->status, ok, res->body, res->body_len, f->started_us, 0);
     registry_release(f->c->reg, &f->lease, mono_ms(), ok);
     audit_route_attempt(req, f->lease.node_id, f->lease.external, res->status, attempt_outcome(res));
     int retry = engine_failed(res->status) && f->c->cfg.max_attempts > 1;

@@ -12,6 +12,7 @@
 #include <strings.h>
 
 #include "http/loop.h"
+#include "http/upstream.h"
 #include "util/buf.h"
 
 #define POOL_MAX 256
@@ -266,10 +267,19 @@ static atomic_int async_ready;
 
 static void async_abort(void *arg);
 
+static void upstream_abort(void *arg)
+{
+    (void)arg;
+    upstream_abort_calls();
+}
+
 void http_client_abort_all(void)
 {
     atomic_store(&aborting_all, 1);
-    if (atomic_load(&async_ready)) io_post(async_abort, NULL);
+    if (!atomic_load(&async_ready)) return;
+    /* Fast calls run on the loop that made them; curl's on loop 0. */
+    for (int i = 1; i < io_loop_count(); i++) io_post_to(i, upstream_abort, NULL);
+    io_post_to(0, async_abort, NULL);
 }
 
 static void async_free(call_state *st)
@@ -413,6 +423,10 @@ static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
 int http_call_async(const http_call_opts *o, http_async_done done, void *ctx)
 {
     if (atomic_load(&aborting_all) || io_loop_start()) return -1;
+    atomic_store(&async_ready, 1);
+    /* Plain HTTP with a buffered answer (every proxied call) skips curl. */
+    int fast = upstream_call(o, done, ctx);
+    if (fast <= 0) return fast;
     call_state *st = calloc(1, sizeof *st);
     if (!st) return -1;
     st->async = 1;
@@ -433,8 +447,8 @@ int http_call_async(const http_call_opts *o, http_async_done done, void *ctx)
     if (!st->h) { async_free(st); return -1; }
     setup(st, &st->own);
     atomic_store(&async_ready, 1);
-    if (io_on_loop()) async_add(st);
-    else io_post(async_add, st);
+    if (io_loop_index() == 0) async_add(st);
+    else io_post_to(0, async_add, st);
     return 0;
 }
 
@@ -442,6 +456,7 @@ int http_call_async(const http_call_opts *o, http_async_done done, void *ctx)
 static void async_abort(void *arg)
 {
     (void)arg;
+    upstream_abort_calls();
     if (!A.ready) return;
     while (A.active) {
         call_state *st = A.active;
@@ -456,9 +471,17 @@ static void async_abort(void *arg)
     }
 }
 
+static void upstream_teardown(void *arg)
+{
+    (void)arg;
+    upstream_abort_calls();
+    upstream_close_idle();
+}
+
 static void async_teardown(void *arg)
 {
     async_abort(arg);
+    upstream_close_idle();
     if (!A.ready) return;
     curl_multi_cleanup(A.multi);
     io_timer_free(A.timer);
@@ -474,6 +497,7 @@ static void loop_stop(void)
 {
     if (!atomic_load(&async_ready)) return;
     atomic_store(&aborting_all, 1);
+    for (int i = 1; i < io_loop_count(); i++) io_run_sync_on(i, upstream_teardown, NULL);
     io_run_sync(async_teardown, NULL);
 }
 

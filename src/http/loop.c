@@ -18,6 +18,7 @@ typedef struct watch {
     int fd;
     uint32_t events; /* registered with epoll */
     int idle;        /* registered, but nobody wants its events now */
+    int dead;        /* dropped while events were being delivered */
     io_fd_fn fn;
     void *ctx;
     struct watch *next;
@@ -35,21 +36,40 @@ typedef struct post {
     struct post *next;
 } post;
 
-static struct {
+typedef struct io_loop {
     pthread_mutex_t mu;     /* posts, start/stop */
+    int index;
     int running, stopping;
     pthread_t thread;
     int epfd, evfd;
     post *head, *tail;
     int sleeping;           /* in epoll_wait: posts must write the eventfd */
     watch *watches;         /* loop thread only */
+    int delivering;         /* in the middle of a batch of events */
+    watch *dropped;         /* dropped during it: freed after it, since later events of the batch may name them */
     io_timer *timers[MAX_TIMERS];
     int ntimers;
-} L = {.mu = PTHREAD_MUTEX_INITIALIZER, .epfd = -1, .evfd = -1};
+} io_loop;
 
-static __thread int on_loop;
+static io_loop loops[IO_MAX_LOOPS];
+static pthread_mutex_t start_mu = PTHREAD_MUTEX_INITIALIZER;
+static int nloops; /* started so far; they run until io_loop_stop */
 
-int io_on_loop(void) { return on_loop; }
+/* The loop this thread runs, if any: the watches and timers of a call are
+ * those of the loop it is made on. */
+static __thread io_loop *cur;
+#define L (*cur)
+
+int io_on_loop(void) { return cur != NULL; }
+int io_loop_index(void) { return cur ? cur->index : -1; }
+
+int io_loop_count(void)
+{
+    pthread_mutex_lock(&start_mu);
+    int n = nloops;
+    pthread_mutex_unlock(&start_mu);
+    return n;
+}
 
 static watch *find_watch(int fd)
 {
@@ -62,6 +82,12 @@ static void drop_watch(watch *w)
 {
     for (watch **pp = &L.watches; *pp; pp = &(*pp)->next)
         if (*pp == w) { *pp = w->next; break; }
+    if (L.delivering) {
+        w->dead = 1;
+        w->next = L.dropped;
+        L.dropped = w;
+        return;
+    }
     free(w);
 }
 
@@ -132,26 +158,34 @@ void io_timer_free(io_timer *t)
     free(t);
 }
 
-int io_post(void (*fn)(void *), void *arg)
+static int post_on(io_loop *lp, void (*fn)(void *), void *arg)
 {
     post *p = malloc(sizeof *p);
     if (!p) return -1;
     p->fn = fn;
     p->arg = arg;
     p->next = NULL;
-    pthread_mutex_lock(&L.mu);
-    if (L.tail) L.tail->next = p;
-    else L.head = p;
-    L.tail = p;
-    int wake = L.sleeping;
-    L.sleeping = 0;
-    pthread_mutex_unlock(&L.mu);
+    pthread_mutex_lock(&lp->mu);
+    if (lp->tail) lp->tail->next = p;
+    else lp->head = p;
+    lp->tail = p;
+    int wake = lp->sleeping;
+    lp->sleeping = 0;
+    pthread_mutex_unlock(&lp->mu);
     if (wake) {
         uint64_t one = 1;
-        ssize_t n = write(L.evfd, &one, sizeof one);
+        ssize_t n = write(lp->evfd, &one, sizeof one);
         (void)n;
     }
     return 0;
+}
+
+int io_post(void (*fn)(void *), void *arg) { return post_on(cur ? cur : &loops[0], fn, arg); }
+
+int io_post_to(int loop, void (*fn)(void *), void *arg)
+{
+    if (loop < 0 || loop >= IO_MAX_LOOPS) return -1;
+    return post_on(&loops[loop], fn, arg);
 }
 
 typedef struct sync_call {
@@ -172,19 +206,21 @@ static void run_sync_call(void *arg)
     pthread_mutex_unlock(&s->mu);
 }
 
-void io_run_sync(void (*fn)(void *), void *arg)
+void io_run_sync_on(int loop, void (*fn)(void *), void *arg)
 {
-    if (on_loop) { fn(arg); return; }
+    if (cur && cur->index == loop) { fn(arg); return; }
     sync_call s = {.fn = fn, .arg = arg};
     pthread_mutex_init(&s.mu, NULL);
     pthread_cond_init(&s.cv, NULL);
-    io_post(run_sync_call, &s);
+    io_post_to(loop, run_sync_call, &s);
     pthread_mutex_lock(&s.mu);
     while (!s.done) pthread_cond_wait(&s.cv, &s.mu);
     pthread_mutex_unlock(&s.mu);
     pthread_mutex_destroy(&s.mu);
     pthread_cond_destroy(&s.cv);
 }
+
+void io_run_sync(void (*fn)(void *), void *arg) { io_run_sync_on(0, fn, arg); }
 
 static int run_posts(void)
 {
@@ -224,8 +260,13 @@ static int wait_ms(void)
     for (int i = 0; i < L.ntimers; i++)
         if (L.timers[i]->due_us && (!soonest || L.timers[i]->due_us < soonest)) soonest = L.timers[i]->due_us;
     if (!soonest) return 1000;
-    int64_t ms = (soonest - mono_us() + 999) / 1000;
-    return ms < 0 ? 0 : ms > 1000 ? 1000 : (int)ms;
+    /* A timer due in under a millisecond is "as soon as possible" (libmicrohttpd's
+     * zero timeout once a resumed connection has work): rounding it up to
+     * epoll's 1 ms would add that to every proxied call. */
+    int64_t left = soonest - mono_us();
+    if (left < 1000) return 0;
+    int64_t ms = (left + 999) / 1000;
+    return ms > 1000 ? 1000 : (int)ms;
 }
 
 static void drain_eventfd(void *ctx, int fd, uint32_t events)
@@ -238,8 +279,7 @@ static void drain_eventfd(void *ctx, int fd, uint32_t events)
 
 static void *loop_thread(void *arg)
 {
-    (void)arg;
-    on_loop = 1;
+    cur = arg;
     struct epoll_event evs[64];
     for (;;) {
         int busy = run_posts() + run_timers();
@@ -254,8 +294,10 @@ static void *loop_thread(void *arg)
         pthread_mutex_lock(&L.mu);
         L.sleeping = 0;
         pthread_mutex_unlock(&L.mu);
+        L.delivering = 1;
         for (int i = 0; i < n; i++) {
             watch *w = evs[i].data.ptr;
+            if (w->dead) continue;
             if (w->idle) { /* e.g. the peer closed a kept connection: stop watching it */
                 epoll_ctl(L.epfd, EPOLL_CTL_DEL, w->fd, NULL);
                 drop_watch(w);
@@ -263,54 +305,83 @@ static void *loop_thread(void *arg)
             }
             w->fn(w->ctx, w->fd, evs[i].events);
         }
+        L.delivering = 0;
+        while (L.dropped) {
+            watch *d = L.dropped;
+            L.dropped = d->next;
+            free(d);
+        }
     }
     return NULL;
 }
 
-int io_loop_start(void)
+static int start_one(io_loop *lp, int index)
 {
-    pthread_mutex_lock(&L.mu);
-    if (L.running) { pthread_mutex_unlock(&L.mu); return 0; }
-    L.epfd = epoll_create1(EPOLL_CLOEXEC);
-    L.evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    L.stopping = 0;
+    memset(lp, 0, sizeof *lp);
+    pthread_mutex_init(&lp->mu, NULL);
+    lp->index = index;
+    lp->epfd = epoll_create1(EPOLL_CLOEXEC);
+    lp->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     struct epoll_event ev = {.events = EPOLLIN};
     watch *w = calloc(1, sizeof *w);
-    int rc = -1;
-    if (L.epfd >= 0 && L.evfd >= 0 && w) {
-        w->fd = L.evfd;
+    if (lp->epfd >= 0 && lp->evfd >= 0 && w) {
+        w->fd = lp->evfd;
         w->fn = drain_eventfd;
         ev.data.ptr = w;
-        L.watches = w;
-        if (epoll_ctl(L.epfd, EPOLL_CTL_ADD, L.evfd, &ev) == 0 && pthread_create(&L.thread, NULL, loop_thread, NULL) == 0)
-            rc = 0;
+        lp->watches = w;
+        if (epoll_ctl(lp->epfd, EPOLL_CTL_ADD, lp->evfd, &ev) == 0 && pthread_create(&lp->thread, NULL, loop_thread, lp) == 0) {
+            lp->running = 1;
+            return 0;
+        }
     }
-    if (rc == 0) L.running = 1;
-    else log_error("cannot start the I/O loop: %s", strerror(errno));
-    pthread_mutex_unlock(&L.mu);
-    return rc;
+    log_error("cannot start an I/O loop: %s", strerror(errno));
+    free(w);
+    lp->watches = NULL;
+    if (lp->epfd >= 0) close(lp->epfd);
+    if (lp->evfd >= 0) close(lp->evfd);
+    pthread_mutex_destroy(&lp->mu);
+    return -1;
+}
+
+int io_loops_start(int n)
+{
+    if (n < 1) n = 1;
+    if (n > IO_MAX_LOOPS) n = IO_MAX_LOOPS;
+    pthread_mutex_lock(&start_mu);
+    while (nloops < n && start_one(&loops[nloops], nloops) == 0) nloops++;
+    int got = nloops;
+    pthread_mutex_unlock(&start_mu);
+    return got;
+}
+
+int io_loop_start(void) { return io_loops_start(1) >= 1 ? 0 : -1; }
+
+static void stop_one(io_loop *lp)
+{
+    pthread_mutex_lock(&lp->mu);
+    lp->stopping = 1;
+    pthread_mutex_unlock(&lp->mu);
+    uint64_t one = 1;
+    ssize_t n = write(lp->evfd, &one, sizeof one);
+    (void)n;
+    pthread_join(lp->thread, NULL);
+    while (lp->watches) {
+        watch *w = lp->watches;
+        lp->watches = w->next;
+        free(w);
+    }
+    for (int i = 0; i < lp->ntimers; i++) free(lp->timers[i]);
+    lp->ntimers = 0;
+    close(lp->epfd);
+    close(lp->evfd);
+    lp->epfd = lp->evfd = -1;
+    lp->running = 0;
+    pthread_mutex_destroy(&lp->mu);
 }
 
 void io_loop_stop(void)
 {
-    pthread_mutex_lock(&L.mu);
-    int running = L.running;
-    L.stopping = 1;
-    pthread_mutex_unlock(&L.mu);
-    if (!running) return;
-    uint64_t one = 1;
-    ssize_t n = write(L.evfd, &one, sizeof one);
-    (void)n;
-    pthread_join(L.thread, NULL);
-    while (L.watches) {
-        watch *w = L.watches;
-        L.watches = w->next;
-        free(w);
-    }
-    for (int i = 0; i < L.ntimers; i++) free(L.timers[i]);
-    L.ntimers = 0;
-    close(L.epfd);
-    close(L.evfd);
-    L.epfd = L.evfd = -1;
-    L.running = 0;
+    pthread_mutex_lock(&start_mu);
+    while (nloops > 0) stop_one(&loops[--nloops]);
+    pthread_mutex_unlock(&start_mu);
 }

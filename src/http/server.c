@@ -20,15 +20,25 @@
 #include "util/clock.h"
 #include "util/log.h"
 
-struct http_server {
+/* One libmicrohttpd daemon on one I/O loop.  Every daemon accepts from the
+ * same listening socket, so connections spread over the loops and each is
+ * served, start to end, by the loop that accepted it. */
+typedef struct mhd_slot {
     struct MHD_Daemon *d;
     int epfd;          /* libmicrohttpd's own epoll set, watched by the I/O loop */
     io_timer *timer;   /* libmicrohttpd's next timeout */
+    atomic_int kick;   /* a run of libmicrohttpd is already posted to the loop */
+    int loop;
+    http_server *srv;
+} mhd_slot;
+
+struct http_server {
+    mhd_slot slot[IO_MAX_LOOPS];
+    int nslots;
     http_server_opts o;
     int port;
     work_pool *pool;
     atomic_int suspended; /* connections parked; all must be back before stop */
-    atomic_int kick;      /* a run of libmicrohttpd is already posted to the loop */
     atomic_int stopping;  /* new requests get 503 and never reach the pool */
     int listen_fd;        /* ours to close once quiesced */
 };
@@ -45,6 +55,7 @@ enum req_state { R_NEW, R_BUSY, R_READY, R_SENT };
 struct http_req {
     struct MHD_Connection *c;
     http_server *srv;
+    mhd_slot *slot;
     char method[16];
     char *path;
     buf body;
@@ -71,6 +82,7 @@ struct http_waker {
     pthread_mutex_t mu;
     int refs;
     http_server *srv;
+    mhd_slot *slot;
     struct MHD_Connection *c;
     int suspended, pending, closed;
     http_stream_read read;
@@ -86,22 +98,23 @@ static void park(http_server *s, struct MHD_Connection *c)
     atomic_fetch_add(&s->suspended, 1);
 }
 
-static void run_mhd(http_server *s);
+static void run_mhd(mhd_slot *m);
 
 static void kicked(void *arg)
 {
-    http_server *s = arg;
-    atomic_store(&s->kick, 0);
-    run_mhd(s);
+    mhd_slot *m = arg;
+    atomic_store(&m->kick, 0);
+    run_mhd(m);
 }
 
-/* A resumed connection is picked up by the next run of libmicrohttpd; make
- * sure one happens soon (its own signal does not reach an external loop). */
-static void unpark(http_server *s, struct MHD_Connection *c)
+/* A resumed connection is picked up by the next run of its libmicrohttpd;
+ * make sure one happens soon (its own signal does not reach an external
+ * loop). */
+static void unpark(mhd_slot *m, struct MHD_Connection *c)
 {
     MHD_resume_connection(c);
-    atomic_fetch_sub(&s->suspended, 1);
-    if (!atomic_exchange(&s->kick, 1)) io_post(kicked, s);
+    atomic_fetch_sub(&m->srv->suspended, 1);
+    if (!atomic_exchange(&m->kick, 1)) io_post_to(m->loop, kicked, m);
 }
 
 int http_parse_listen(const char *listen, char *host, size_t hostlen, int *port)
@@ -309,7 +322,7 @@ void http_stream_wake(http_waker *w)
     pthread_mutex_lock(&w->mu);
     if (w->suspended) {
         w->suspended = 0;
-        unpark(w->srv, w->c);
+        unpark(w->slot, w->c);
     } else {
         w->pending = 1;
     }
@@ -363,6 +376,7 @@ http_waker *http_respond_stream(http_req *r, int status, const char *content_typ
     pthread_mutex_init(&w->mu, NULL);
     w->refs = 2; /* the connection's and the producer's */
     w->srv = r->srv;
+    w->slot = r->slot;
     w->c = r->c;
     w->read = read;
     w->done = done;
@@ -414,7 +428,7 @@ void http_req_complete(http_req *r)
     r->state = R_READY;
     if (r->suspended) {
         r->suspended = 0;
-        unpark(r->srv, r->c);
+        unpark(r->slot, r->c);
     }
     pthread_mutex_unlock(&r->mu);
 }
@@ -448,12 +462,13 @@ static void too_large(http_req *r)
     http_respond(r, 413, "application/json", msg, strlen(msg));
 }
 
-static http_req *req_new(http_server *s, struct MHD_Connection *c, const char *url, const char *method)
+static http_req *req_new(mhd_slot *m, struct MHD_Connection *c, const char *url, const char *method)
 {
     http_req *r = calloc(1, sizeof *r);
     if (!r) return NULL;
     r->c = c;
-    r->srv = s;
+    r->srv = m->srv;
+    r->slot = m;
     pthread_mutex_init(&r->mu, NULL);
     snprintf(r->method, sizeof r->method, "%s", method);
     r->path = strdup(url);
@@ -496,10 +511,11 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
                                  const char *upload, size_t *upload_size, void **con_cls)
 {
     (void)version;
-    http_server *s = cls;
+    mhd_slot *m = cls;
+    http_server *s = m->srv;
     http_req *r = *con_cls;
     if (!r) {
-        if (!(r = req_new(s, c, url, method))) return MHD_NO;
+        if (!(r = req_new(m, c, url, method))) return MHD_NO;
         *con_cls = r;
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
         if (cl && strtoull(cl, NULL, 10) > s->o.max_body) {
@@ -541,12 +557,12 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 
 /* ---- on the I/O loop ---- */
 
-static void run_mhd(http_server *s)
+static void run_mhd(mhd_slot *m)
 {
-    MHD_run(s->d);
+    MHD_run(m->d);
     MHD_UNSIGNED_LONG_LONG ms;
-    if (MHD_get_timeout(s->d, &ms) == MHD_YES) io_timer_set(s->timer, ms > 1000 ? 1000 : (int64_t)ms);
-    else io_timer_set(s->timer, 1000);
+    if (MHD_get_timeout(m->d, &ms) == MHD_YES) io_timer_set(m->timer, ms > 1000 ? 1000 : (int64_t)ms);
+    else io_timer_set(m->timer, 1000);
 }
 
 static void on_mhd_ready(void *ctx, int fd, uint32_t events)
@@ -559,26 +575,26 @@ static void on_mhd_timer(void *ctx) { run_mhd(ctx); }
 
 static void attach_to_loop(void *arg)
 {
-    http_server *s = arg;
-    s->timer = io_timer_new(on_mhd_timer, s);
-    io_watch(s->epfd, EPOLLIN, on_mhd_ready, s);
-    run_mhd(s);
+    mhd_slot *m = arg;
+    m->timer = io_timer_new(on_mhd_timer, m);
+    io_watch(m->epfd, EPOLLIN, on_mhd_ready, m);
+    run_mhd(m);
 }
 
 static void quiesce(void *arg)
 {
-    http_server *s = arg;
-    s->listen_fd = MHD_quiesce_daemon(s->d);
+    mhd_slot *m = arg;
+    int fd = MHD_quiesce_daemon(m->d);
+    if (fd >= 0) m->srv->listen_fd = fd; /* the same socket for every daemon */
 }
 
 static void detach_from_loop(void *arg)
 {
-    http_server *s = arg;
-    io_watch(s->epfd, 0, NULL, NULL);
-    io_timer_free(s->timer);
-    s->timer = NULL;
-    MHD_stop_daemon(s->d);
-    if (s->listen_fd >= 0) close(s->listen_fd);
+    mhd_slot *m = arg;
+    io_watch(m->epfd, 0, NULL, NULL);
+    io_timer_free(m->timer);
+    m->timer = NULL;
+    MHD_stop_daemon(m->d);
 }
 
 static void mhd_log(void *cls, const char *fmt, va_list ap)
@@ -590,6 +606,46 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     while (n && (line[n - 1] == '\n')) line[--n] = 0;
     log_debug("http: %s", line);
 }
+
+/* Stops the daemons that are not on a loop yet (start failed half way). */
+static void stop_unattached(http_server *s)
+{
+    for (int i = s->nslots - 1; i >= 0; i--) {
+        if (i > 0) MHD_quiesce_daemon(s->slot[i].d); /* the socket is the first one's to close */
+        MHD_stop_daemon(s->slot[i].d);
+    }
+    s->nslots = 0;
+}
+
+/* How many loops a server spreads its connections over: one per core, as an
+ * event-driven proxy runs one worker per core. */
+static int loops_wanted(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > IO_MAX_LOOPS ? IO_MAX_LOOPS : (int)n;
+}
+
+static struct MHD_Daemon *start_daemon(http_server *s, mhd_slot *m, unsigned flags, const struct sockaddr *sa, int listen_fd)
+{
+    m->srv = s;
+    if (listen_fd < 0)
+        return MHD_start_daemon(flags, 0, NULL, NULL, on_access, m,
+                                MHD_OPTION_SOCK_ADDR, sa,
+                                MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                                MHD_OPTION_CONNECTION_TIMEOUT, s->o.idle_timeout_s,
+                                MHD_OPTION_CONNECTION_LIMIT, 4096u,
+                                MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
+                                MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+                                MHD_OPTION_END);
+    return MHD_start_daemon(flags, 0, NULL, NULL, on_access, m,
+                            MHD_OPTION_LISTEN_SOCKET, listen_fd,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_CONNECTION_TIMEOUT, s->o.idle_timeout_s,
+                            MHD_OPTION_CONNECTION_LIMIT, 4096u,
+                            MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+                            MHD_OPTION_END);
+}
+
 
 http_server *http_server_start(const http_server_opts *o, char *err, size_t errlen)
 {
@@ -625,32 +681,39 @@ http_server *http_server_start(const http_server_opts *o, char *err, size_t errl
     if (!s->o.idle_timeout_s) s->o.idle_timeout_s = 300;
     s->pool = work_pool_new(4, 1024);
     s->listen_fd = -1;
-    s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_access, s,
-                            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
-                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                            MHD_OPTION_CONNECTION_TIMEOUT, s->o.idle_timeout_s,
-                            MHD_OPTION_CONNECTION_LIMIT, 4096u,
-                            MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
-                            MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
-                            MHD_OPTION_END);
-    if (!s->d) {
+    mhd_slot *first = &s->slot[0];
+    first->d = start_daemon(s, first, flags, (struct sockaddr *)&ss, -1);
+    if (!first->d) {
         snprintf(err, errlen, "cannot listen on %s (address in use or not available)", o->listen);
         work_pool_free(s->pool);
         free(s);
         return NULL;
     }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
+    s->nslots = 1;
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(first->d, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : port;
-    const union MHD_DaemonInfo *ei = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_EPOLL_FD);
-    s->epfd = ei ? ei->epoll_fd : -1;
-    if (s->epfd < 0 || io_loop_start()) {
+    const union MHD_DaemonInfo *li = MHD_get_daemon_info(first->d, MHD_DAEMON_INFO_LISTEN_FD);
+    int lfd = li ? li->listen_fd : -1;
+    int loops = io_loops_start(loops_wanted());
+    while (lfd >= 0 && s->nslots < loops) {
+        mhd_slot *m = &s->slot[s->nslots];
+        if (!(m->d = start_daemon(s, m, flags, NULL, lfd))) break;
+        s->nslots++;
+    }
+    for (int i = 0; i < s->nslots; i++) {
+        const union MHD_DaemonInfo *ei = MHD_get_daemon_info(s->slot[i].d, MHD_DAEMON_INFO_EPOLL_FD);
+        s->slot[i].epfd = ei ? ei->epoll_fd : -1;
+        s->slot[i].loop = i;
+        if (s->slot[i].epfd < 0) loops = 0;
+    }
+    if (loops < 1) {
         snprintf(err, errlen, "cannot run the HTTP server on the I/O loop");
-        MHD_stop_daemon(s->d);
+        stop_unattached(s);
         work_pool_free(s->pool);
         free(s);
         return NULL;
     }
-    io_run_sync(attach_to_loop, s);
+    for (int i = 0; i < s->nslots; i++) io_run_sync_on(s->slot[i].loop, attach_to_loop, &s->slot[i]);
     return s;
 }
 
@@ -664,7 +727,7 @@ void http_server_stop(http_server *s)
      * has made their waits end), and every parked connection must be back
      * before libmicrohttpd stops. */
     atomic_store(&s->stopping, 1);
-    io_run_sync(quiesce, s);
+    for (int i = 0; i < s->nslots; i++) io_run_sync_on(s->slot[i].loop, quiesce, &s->slot[i]);
     work_pool_free(s->pool);
     int64_t deadline = mono_ms() + 15000;
     while (atomic_load(&s->suspended) > 0 && mono_ms() < deadline) sleep_ms(5);
@@ -672,6 +735,7 @@ void http_server_stop(http_server *s)
         log_error("%d connection(s) still parked at shutdown; leaving the server running", atomic_load(&s->suspended));
         return;
     }
-    io_run_sync(detach_from_loop, s);
+    for (int i = 0; i < s->nslots; i++) io_run_sync_on(s->slot[i].loop, detach_from_loop, &s->slot[i]);
+    if (s->listen_fd >= 0) close(s->listen_fd);
     free(s);
 }

@@ -1,8 +1,11 @@
 /* sched/profile: see profile.h. */
 #include "sched/profile.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
+
+#include "util/json_skim.h"
 
 /* New samples count for a fifth: a node that changes speed (a colleague's
  * game, thermal throttling) shows within a few calls, one odd call does not. */
@@ -15,16 +18,74 @@ static double ewma(double old, double sample)
     return old > 0 ? old + ALPHA * (sample - old) : sample;
 }
 
+/* Reads wanted numeric members of the object at s: names[i]'s value goes to
+ * out[i] (last one wins, as in a parsed object), ints[i] says whether it was
+ * an integer.  Other members are skipped.  0, or -1 when malformed. */
+static int skim_members(json_skim *s, const char *const *names, int n, double *out, int *ints, int *found)
+{
+    const char *key;
+    size_t kl;
+    int r;
+    while ((r = skim_key(s, &key, &kl)) == 1) {
+        int i = 0;
+        while (i < n && !skim_key_is(key, kl, names[i])) i++;
+        if (i == n) {
+            if (skim_value(s)) return -1;
+            continue;
+        }
+        int is_int = 0;
+        double v = 0;
+        int got = skim_number(s, &v, &is_int);
+        if (got < 0) return -1;
+        found[i] = got;
+        out[i] = v;
+        ints[i] = is_int;
+    }
+    return r;
+}
+
+/* The answer passes through untouched, so it is skimmed, not parsed: on the
+ * proxy's hot path a full parse of every answer cost more than the rest of
+ * the coordinator's own work on it. */
 void call_sample_parse_answer(call_sample *s, const char *body, size_t len)
 {
-    json_t *j = body && len ? json_loadb(body, len, 0, NULL) : NULL;
-    json_t *usage = json_object_get(j, "usage"), *timings = json_object_get(j, "timings");
-    json_t *ct = json_object_get(usage, "completion_tokens");
-    if (json_is_integer(ct)) s->completion_tokens = (int)json_integer_value(ct);
-    json_t *pm = json_object_get(timings, "prompt_ms"), *dm = json_object_get(timings, "predicted_ms");
-    if (json_is_number(pm)) s->engine_prompt_ms = json_number_value(pm);
-    if (json_is_number(dm)) s->engine_decode_ms = json_number_value(dm);
-    json_decref(j);
+    static const char *const usage_keys[] = {"completion_tokens"};
+    static const char *const timing_keys[] = {"prompt_ms", "predicted_ms"};
+    double ct = 0, tm[2] = {0, 0};
+    int ct_int = 0, ct_found = 0, tm_int[2], tm_found[2] = {0, 0};
+    json_skim k;
+    skim_init(&k, body, len);
+    if (!body || !len || skim_object(&k)) return;
+    const char *key;
+    size_t kl;
+    int r;
+    while ((r = skim_key(&k, &key, &kl)) == 1) {
+        int usage = skim_key_is(key, kl, "usage"), timings = !usage && skim_key_is(key, kl, "timings");
+        int inner = 0;
+        if (usage || timings) {
+            /* Only an object counts; a later duplicate replaces an earlier one. */
+            json_skim peek = k;
+            inner = skim_object(&peek) == 0;
+            if (inner) k = peek;
+        }
+        if (!inner) {
+            if (skim_value(&k)) return;
+            if (usage) ct_found = 0;
+            if (timings) tm_found[0] = tm_found[1] = 0;
+            continue;
+        }
+        if (usage) {
+            ct_found = 0;
+            if (skim_members(&k, usage_keys, 1, &ct, &ct_int, &ct_found)) return;
+        } else {
+            tm_found[0] = tm_found[1] = 0;
+            if (skim_members(&k, timing_keys, 2, tm, tm_int, tm_found)) return;
+        }
+    }
+    if (r < 0 || !skim_done(&k)) return; /* not JSON: nothing learnt */
+    if (ct_found && ct_int && ct >= INT_MIN && ct <= INT_MAX) s->completion_tokens = (int)ct;
+    if (tm_found[0]) s->engine_prompt_ms = tm[0];
+    if (tm_found[1]) s->engine_decode_ms = tm[1];
 }
 
 int profile_derive(const call_sample *s, double prior_ttft_ms, double *ttft_ms, double *tps)

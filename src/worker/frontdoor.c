@@ -8,6 +8,7 @@
 #include "api/errors.h"
 #include "http/relay.h"
 #include "util/clock.h"
+#include "util/json_skim.h"
 #include "util/log.h"
 #include "worker/agent.h"
 #include "worker/managed.h"
@@ -122,6 +123,42 @@ static int has_managed(worker *w, const char *model)
 
 #define NEEDS_LOAD (-2)
 
+/* The request's model and stream flag without parsing it, where that reads
+ * exactly what a parse would: well-formed text, a model without escapes, and
+ * no keep_alive (whose value needs the parse).  0, or -1 to parse it. */
+static int skim_request(const char *raw, size_t len, char *model, size_t mlen, int *stream)
+{
+    json_skim k;
+    skim_init(&k, raw, len);
+    if (skim_object(&k)) return -1;
+    int have_model = 0;
+    *stream = 0;
+    const char *key;
+    size_t kl;
+    int r;
+    while ((r = skim_key(&k, &key, &kl)) == 1) {
+        if (skim_key_is(key, kl, "model")) {
+            const char *v;
+            size_t vl;
+            int got = skim_string(&k, &v, &vl);
+            if (got < 0) return -1;
+            have_model = got && vl < mlen && !memchr(v, '\\', vl);
+            if (got && !have_model) return -1;
+            if (have_model) {
+                memcpy(model, v, vl);
+                model[vl] = 0;
+            }
+        } else if (skim_key_is(key, kl, "stream")) {
+            if ((*stream = skim_true(&k)) < 0) return -1;
+        } else if (skim_key_is(key, kl, "keep_alive")) {
+            return -1;
+        } else if (skim_value(&k)) {
+            return -1;
+        }
+    }
+    return r == 0 && have_model && skim_done(&k) ? 0 : -1;
+}
+
 /* Reads the model, whether to stream and the keep_alive, checks this node
  * can serve it, and takes an engine slot (j->engine).  Returns the engine's
  * index; -1 after answering; NEEDS_LOAD (only when may_load is 0) when a
@@ -137,9 +174,16 @@ static int take_engine(worker *w, http_req *req, char *url, size_t urllen, int *
     }
     size_t len;
     const char *raw = http_req_body(req, &len);
-    json_t *body = json_loadb(raw, len, 0, NULL);
-    const char *model = json_string_value(json_object_get(body, "model"));
-    *stream = json_is_true(json_object_get(body, "stream"));
+    /* Every proxied call passes here: skim it when that is exact, as a full
+     * parse cost more than the rest of the worker's own work on it. */
+    char skimmed[256];
+    json_t *body = NULL;
+    const char *model = skimmed;
+    if (skim_request(raw, len, skimmed, sizeof skimmed, stream)) {
+        body = json_loadb(raw, len, 0, NULL);
+        model = json_string_value(json_object_get(body, "model"));
+        *stream = json_is_true(json_object_get(body, "stream"));
+    }
     if (!model) {
         json_decref(body);
         api_bad_request(req, "missing_field", "model", "'model' is required");
