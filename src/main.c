@@ -17,6 +17,7 @@ static const struct {
     {"drain", cmd_drain, "stop sending a node new work (running work finishes)"},
     {"undrain", cmd_undrain, "let a drained node take work again"},
     {"forget", cmd_forget, "remove a node from the pool"},
+    {"fetch", cmd_fetch, "download a model file from a worker that holds it (checked, resumable)"},
 };
 
 static void usage(FILE *f)

@@ -116,6 +116,7 @@ static metrics_route route_and_run(coord *c, http_req *req)
     case OP_BATCH_GET: api_batches_get(c, req, id); break;
     case OP_BATCH_RESULTS: api_batches_results(c, req, id); break;
     case OP_BATCH_CANCEL: api_batches_cancel(c, req, id); break;
+    case OP_FILE_SOURCES: api_file_sources(c, req, id); break;
     }
     return rt->metric;
 }

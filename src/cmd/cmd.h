@@ -13,5 +13,6 @@ int cmd_nodes(int argc, char **argv);
 int cmd_drain(int argc, char **argv);
 int cmd_undrain(int argc, char **argv);
 int cmd_forget(int argc, char **argv);
+int cmd_fetch(int argc, char **argv);
 
 #endif

@@ -267,6 +267,21 @@ void http_respond_text(http_req *r, int status, const char *text)
     http_respond(r, status, "text/plain; charset=utf-8", text, strlen(text));
 }
 
+void http_respond_fd(http_req *r, int status, const char *content_type, int fd, uint64_t offset, uint64_t len)
+{
+    if (r->responded) { close(fd); return; }
+    http_answer a = {.status = status, .content_type = content_type, .streamed = 1};
+    if (r->srv->o.answer) r->srv->o.answer(r, &a, r->srv->o.app);
+    free(a.replaced);
+    struct MHD_Response *resp = MHD_create_response_from_fd_at_offset64(len, fd, offset);
+    if (!resp) {
+        close(fd);
+        http_respond_text(r, 500, "cannot send the file\n");
+        return;
+    }
+    attach(r, a.status, resp, a.content_type);
+}
+
 static void waker_unref(http_waker *w)
 {
     pthread_mutex_lock(&w->mu);

@@ -68,6 +68,8 @@ static void node_free(node *nd)
     json_decref(nd->gpus);
     json_decref(nd->engines);
     json_decref(nd->loadable_json);
+    json_decref(nd->files);
+    json_decref(nd->transfers);
     free(nd);
 }
 
@@ -191,6 +193,7 @@ static void absorb_report(node *nd, json_t *req)
         nd->need[nd->nloadable++] = (uint64_t)need;
     }
     nd->reported_inflight = (int)json_integer_value(json_object_get(req, "inflight"));
+    reg_absorb_files(nd, req);
 }
 
 static void issue_token(registry *r, node *nd, int64_t now)
@@ -538,6 +541,8 @@ json_t *registry_nodes_json(registry *r, int64_t now)
             json_object_set_new(o, "engine_queued", json_integer(nd->engine_queued));
             json_object_set_new(o, "profile", profile_json(&nd->prof, now));
             json_object_set_new(o, "consecutive_failures", json_integer(nd->fails));
+            json_object_set_new(o, "files", nd->files ? json_incref(nd->files) : json_array());
+            json_object_set_new(o, "transfers", nd->transfers ? json_incref(nd->transfers) : json_array());
             json_array_append_new(arr, o);
         }
     }

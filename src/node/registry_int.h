@@ -41,6 +41,7 @@ typedef struct node {
     uint64_t *need;
     int nloadable;
     json_t *gpus, *engines, *loadable_json;
+    json_t *files, *transfers;  /* model files it offers peers, and its own downloads */
     /* circuit breaker */
     int fails;            /* failures in a row */
     int64_t open_until;   /* open (no work) until this monotonic ms; 0 = not open */
@@ -85,5 +86,7 @@ node *reg_find(registry *r, const char *id);
 int reg_has_model(const node *nd, const char *model);
 /* The need for a model the node can start; 0 with *found = 0 if it cannot. */
 uint64_t reg_loadable_need(const node *nd, const char *model, int *found);
+/* Takes a report's "files" and "transfers" into the node (node/files.c). */
+void reg_absorb_files(node *nd, json_t *report);
 
 #endif
