@@ -23,7 +23,7 @@ int peerauth_check(const char *join_token, const char *sha256, const char *beare
     if (!bearer || !*bearer) return err_out(why, whylen, "no credentials");
     if (!join_token || !*join_token) return err_out(why, whylen, "no join token to check against");
     const char *dot = strchr(bearer, '.');
-    if (!dot || dot == bearer || dot - bearer > 19 || strlen(dot + 1) != 64)
+    if (!dot || dot == bearer || dot - bearer > 12 || strlen(dot + 1) != 64)
         return err_out(why, whylen, "malformed file token");
     int64_t ts = 0;
     for (const char *p = bearer; p < dot; p++) {
