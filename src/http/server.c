@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <sys/epoll.h>
 #include <stdio.h>
@@ -534,9 +535,16 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 
 static void run_mhd(http_server *s)
 {
-    MHD_run(s->d);
-    MHD_UNSIGNED_LONG_LONG ms;
-    if (MHD_get_timeout(s->d, &ms) == MHD_YES) io_timer_set(s->timer, ms > 1000 ? 1000 : (int64_t)ms);
+    MHD_UNSIGNED_LONG_LONG ms = 1000;
+    int has = MHD_NO;
+    /* A connection still able to write (a large body going out) is ready
+     * again at once: run it now, a few rounds, rather than a loop turn later. */
+    for (int i = 0; i < 16; i++) {
+        MHD_run(s->d);
+        has = MHD_get_timeout(s->d, &ms);
+        if (has != MHD_YES || ms != 0) break;
+    }
+    if (has == MHD_YES) io_timer_set(s->timer, ms > 1000 ? 1000 : (int64_t)ms);
     else io_timer_set(s->timer, 1000);
 }
 
@@ -616,6 +624,10 @@ http_server *http_server_start(const http_server_opts *o, char *err, size_t errl
     if (!s->o.idle_timeout_s) s->o.idle_timeout_s = 300;
     s->pool = work_pool_new(4, 1024);
     s->listen_fd = -1;
+    /* A process that ignores SIGPIPE (every gpupool command does) lets
+     * libmicrohttpd send files with sendfile(). */
+    struct sigaction pipe_sa;
+    int sigpipe_ignored = sigaction(SIGPIPE, NULL, &pipe_sa) == 0 && pipe_sa.sa_handler == SIG_IGN;
     s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_access, s,
                             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
@@ -623,6 +635,7 @@ http_server *http_server_start(const http_server_opts *o, char *err, size_t errl
                             MHD_OPTION_CONNECTION_LIMIT, 4096u,
                             MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
                             MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+                            MHD_OPTION_SIGPIPE_HANDLED_BY_APP, sigpipe_ignored,
                             MHD_OPTION_END);
     if (!s->d) {
         snprintf(err, errlen, "cannot listen on %s (address in use or not available)", o->listen);
