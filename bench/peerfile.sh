@@ -3,7 +3,9 @@
 # `gpupool fetch` of a GGUF from a worker's front door over loopback (token
 # check, sendfile on the serving side, streaming SHA-256 and fsync on the
 # fetching side), against `cp` of the same file (then fsync, so both end
-# with the bytes on disk), in the same run, as MB/s and a ratio.
+# with the bytes on disk), in the same run, as MB/s and a ratio.  Since cp
+# copies in the kernel (copy_file_range), `cat SRC > DST` (then fsync), which
+# moves the bytes through user space as a download must, is timed too.
 #
 # The file: a Llama GGUF made by bench/make_test_gguf.c (SIZE picks the
 # shape: 1G or 512M), its tensor region filled from /dev/urandom so every
@@ -86,29 +88,37 @@ grep -q "sharing bench's file with peers" "$OUT/peerfile-worker.log" || die "the
 
 cat "$TMP/model.gguf" >/dev/null   # into the page cache, for both
 now_ns() { date +%s%N; }
-CP=() FETCH=()
+CP=() CAT=() FETCH=()
 echo "peer file transfer vs cp: $BYTES bytes ($SIZE shape), $ROUNDS rounds, loopback, page cache warm"
 for r in $(seq "$ROUNDS"); do
-  rm -f "$TMP/cp.out" "$TMP/fetch.out"
+  rm -f "$TMP/cp.out" "$TMP/cat.out" "$TMP/fetch.out"
   t0=$(now_ns)
   cp "$TMP/model.gguf" "$TMP/cp.out"
   sync "$TMP/cp.out"
+  ta=$(now_ns)
+  cat "$TMP/model.gguf" >"$TMP/cat.out"
+  sync "$TMP/cat.out"
+  rm -f "$TMP/cp.out" "$TMP/cat.out"
   t1=$(now_ns)
   "$BIN" fetch --from "http://127.0.0.1:$WPORT" --sha256 "$SHA" --out "$TMP/fetch.out" --join-token "$TOKEN" \
     --quiet >>"$OUT/peerfile-fetch.log" 2>&1 || die "gpupool fetch failed (see $OUT/peerfile-fetch.log)"
   t2=$(now_ns)
   cmp -s "$TMP/model.gguf" "$TMP/fetch.out" || die "the fetched file differs"
-  CP+=($((t1 - t0))) FETCH+=($((t2 - t1)))
-  python3 -c 'import sys; b=int(sys.argv[1]); c=int(sys.argv[2]); f=int(sys.argv[3])
-print(f"round {sys.argv[4]}: cp {b/c*1e3:8.1f} MB/s   gpupool fetch {b/f*1e3:8.1f} MB/s")' "$BYTES" "$((t1 - t0))" "$((t2 - t1))" "$r"
+  CP+=($((ta - t0))) CAT+=($((t1 - ta))) FETCH+=($((t2 - t1)))
+  python3 -c 'import sys; b=int(sys.argv[1]); c=int(sys.argv[2]); a=int(sys.argv[3]); f=int(sys.argv[4])
+print(f"round {sys.argv[5]}: cp {b/c*1e3:8.1f} MB/s   cat {b/a*1e3:8.1f} MB/s   gpupool fetch {b/f*1e3:8.1f} MB/s")' \
+    "$BYTES" "$((ta - t0))" "$((t1 - ta))" "$((t2 - t1))" "$r"
 done
 
-python3 - "$BYTES" "${CP[*]}" "${FETCH[*]}" <<'PY'
+python3 - "$BYTES" "${CP[*]}" "${CAT[*]}" "${FETCH[*]}" <<'PY'
 import statistics, sys
 b = int(sys.argv[1])
 cp = statistics.median(int(x) for x in sys.argv[2].split())
-fe = statistics.median(int(x) for x in sys.argv[3].split())
-print(f"\ncp + fsync     median {b / cp * 1e3:8.1f} MB/s")
+ca = statistics.median(int(x) for x in sys.argv[3].split())
+fe = statistics.median(int(x) for x in sys.argv[4].split())
+print(f"\ncp + fsync     median {b / cp * 1e3:8.1f} MB/s  (copy_file_range: the kernel copies)")
+print(f"cat + fsync    median {b / ca * 1e3:8.1f} MB/s  (read and write through user space)")
 print(f"gpupool fetch  median {b / fe * 1e3:8.1f} MB/s  (HTTP over loopback, SHA-256 checked, fsync)")
 print(f"fetch / cp     {cp / fe:8.2f}x the throughput of cp")
+print(f"fetch / cat    {ca / fe:8.2f}x the throughput of cat")
 PY

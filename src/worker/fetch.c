@@ -238,7 +238,7 @@ static fetch_rc attempt(const fetch_opts *o, const char *url, int n, char *err, 
         hdrs[0] = range;
     }
     http_call_opts co = {.url = url, .bearer = token, .headers = hdrs, .connect_timeout_ms = (long)o->connect_timeout_ms,
-                         .idle_timeout_ms = (long)o->stall_ms};
+                         .idle_timeout_ms = (long)o->stall_ms, .recv_buffer = 512L * 1024};
     http_stream_cbs cb = {.on_status = on_status, .on_data = on_data, .cancelled = on_poll, .ctx = &x};
     rate_init(&x.bucket, o->rate_bps, 0, mono_us());
     x.last_byte_ms = x.mark_ms = x.last_report_ms = mono_ms();
