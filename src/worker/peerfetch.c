@@ -23,8 +23,6 @@ static int stopping(worker *w)
     return s;
 }
 
-static int cancelled(void *ctx) { return stopping(ctx); }
-
 /* Sleeps ms unless the worker stops meanwhile; 1 when it stops. */
 static int pause_ms(worker *w, int64_t ms)
 {
@@ -100,8 +98,15 @@ static int sources(worker *w, const char *sha, char urls[][600], int max, char *
 typedef struct progress_ctx {
     worker *w;
     int idx;
+    int attempts_before;  /* in earlier rounds */
     int64_t last_log_ms;
 } progress_ctx;
+
+static int cancelled(void *ctx)
+{
+    const progress_ctx *c = ctx;
+    return stopping(c->w);
+}
 
 static void on_progress(void *ctx, const fetch_progress *p)
 {
@@ -113,7 +118,7 @@ static void on_progress(void *ctx, const fetch_progress *p)
     t.total = p->total;
     t.rate_bps = p->rate_bps;
     t.eta_s = p->eta_s;
-    t.attempts = p->attempt;
+    t.attempts = c->attempts_before + p->attempt;
     snprintf(t.source, sizeof t.source, "%s", p->source);
     files_transfer_set(&c->w->files, c->idx, &t);
     int64_t now = mono_ms();
@@ -179,6 +184,7 @@ static void fetch_missing(worker *w, int engine_idx)
     int xidx = files_transfer_add(&w->files, sha, name, dest);
     log_info("%s's file %s is not here: fetching it (sha256 %s) from a peer", name, dest, sha);
     int64_t pause = 1000;
+    int attempts = 0;
     char last_why[600] = "";
     for (;;) {
         if (stopping(w)) return;
@@ -189,7 +195,7 @@ static void fetch_missing(worker *w, int engine_idx)
         if (n > 0) {
             const char *ptrs[MAX_SOURCES];
             for (int i = 0; i < n; i++) ptrs[i] = urls[i];
-            progress_ctx pc = {.w = w, .idx = xidx, .last_log_ms = mono_ms()};
+            progress_ctx pc = {.w = w, .idx = xidx, .attempts_before = attempts, .last_log_ms = mono_ms()};
             fetch_opts o = {.urls = ptrs, .nurls = n, .sha256 = sha, .dest = dest, .join_token = token,
                             .rate_bps = rate, .rounds = 1, .progress = on_progress, .cancelled = cancelled, .ctx = &pc};
             t.state = XFER_FETCHING;
@@ -198,6 +204,7 @@ static void fetch_missing(worker *w, int engine_idx)
             if (rc == FETCH_OK) { arrived(w, engine_idx, xidx, sha); return; }
             if (rc == FETCH_CANCELLED) return;
             files_transfer_get(&w->files, xidx, &t);
+            attempts = t.attempts;
             if (rc == FETCH_CORRUPT) log_error("fetching %s: %s", name, why);
         }
         t.state = n > 0 ? XFER_FAILED : XFER_WAITING;
