@@ -33,14 +33,17 @@ static int pause_ms(worker *w, int64_t ms)
     return stopping(w);
 }
 
-/* Offers the --load files that are here to peers. */
+static int worker_stopping(void *ctx) { return stopping(ctx); }
+
+/* Offers the --load files that are here and have a sha256= to peers, once
+ * their digest is checked. */
 static void share_present(worker *w, const char *cache)
 {
     for (int i = 0; i < WORKER_MAX_ENGINES && !stopping(w); i++) {
         char name[128], path[512], want[65];
         pthread_mutex_lock(&w->mu);
         const managed_spec *m = i < w->nengines ? w->engines[i].managed : NULL;
-        int skip = !m || m->fetching;
+        int skip = !m || m->fetching || !m->sha256[0];
         if (!skip) {
             snprintf(name, sizeof name, "%s", m->name);
             snprintf(path, sizeof path, "%s", m->gguf);
@@ -50,11 +53,11 @@ static void share_present(worker *w, const char *cache)
         if (skip) continue;
         char sha[65], err[600];
         uint64_t bytes;
-        if (filehash_get(cache, path, sha, &bytes, err, sizeof err)) {
-            log_warn("cannot share %s's file with peers: %s", name, err);
+        if (filehash_get_cancellable(cache, path, sha, &bytes, worker_stopping, w, err, sizeof err)) {
+            if (!stopping(w)) log_warn("cannot share %s's file with peers: %s", name, err);
             continue;
         }
-        if (want[0] && strcmp(want, sha)) {
+        if (strcmp(want, sha)) {
             log_warn("%s's file %s has sha256 %s, not the sha256=%s given: not shared with peers", name, path, sha, want);
             continue;
         }

@@ -1,9 +1,9 @@
 /* worker/peerfetch: the worker's side of sharing model files in the LAN.
  *
- * One thread, started with the agent.  It first works out the SHA-256 of
- * every --load file that is here (worker/filehash, cached in
- * DATA/hashes.json) and offers those to peers (worker/files; a file that
- * does not match its sha256= is not offered).  Then, for each --load model
+ * One thread, started with the agent.  It first checks every --load file
+ * that is here and has a sha256= against it (worker/filehash, cached in
+ * DATA/hashes.json, so a large file is read once; a stop interrupts it) and
+ * offers those that match to peers (worker/files).  Then, for each --load model
  * whose file is missing and whose sha256 is known, it asks the coordinator
  * which live peers hold it (GET /internal/v1/files/{sha256}/sources, with
  * the node token), downloads it from them (worker/fetch, at --fetch-rate),

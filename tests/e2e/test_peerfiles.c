@@ -95,7 +95,8 @@ static h_proc *start_a(fixture *f)
 {
     h_start_coordinator(&f->p, "");
     char args[1500];
-    snprintf(args, sizeof args, "--load tiny=%s,ctx=512 --data %s/a-data --engine-cmd %s", f->gguf, f->p.dir, SIM_CMD);
+    snprintf(args, sizeof args, "--load tiny=%s,ctx=512,sha256=%s --data %s/a-data --engine-cmd %s", f->gguf, f->sha,
+             f->p.dir, SIM_CMD);
     h_proc *a = h_start_worker(&f->p, "wa", NULL, args);
     h_node_field(&f->p, "name", "wa", "address", f->a_url, sizeof f->a_url);
     assert_true(f->a_url[0]);

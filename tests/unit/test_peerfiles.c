@@ -1,6 +1,7 @@
 /* Unit tests of the pure parts of peer file sharing: the token bucket
- * (util/ratelimit), Range and Content-Range parsing (http/range) and the
- * file token check with an injected clock (worker/peerauth). */
+ * (util/ratelimit), Range and Content-Range parsing (http/range), the
+ * file token check with an injected clock (worker/peerauth), and a file's
+ * hashing stopped half-way (worker/filehash). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -9,8 +10,12 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <stdlib.h>
+#include <unistd.h>
+
 #include "http/range.h"
 #include "util/ratelimit.h"
+#include "worker/filehash.h"
 #include "worker/peerauth.h"
 
 #define SHA "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
@@ -142,6 +147,40 @@ static void file_tokens_check(void **state)
     assert_non_null(strstr(why, "no credentials"));
 }
 
+static int calls;
+static int cancel_on_second(void *ctx)
+{
+    (void)ctx;
+    return ++calls >= 2;
+}
+
+/* A stop during a large file's first hashing ends it, and nothing is kept. */
+static void hashing_can_be_cancelled(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/gpupool-pf-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char file[256], cache[256], out[65], err[200];
+    snprintf(file, sizeof file, "%s/model.gguf", dir);
+    snprintf(cache, sizeof cache, "%s/hashes.json", dir);
+    FILE *f = fopen(file, "w");
+    assert_non_null(f);
+    assert_int_equal(ftruncate(fileno(f), 3 << 20), 0); /* three blocks */
+    fclose(f);
+    calls = 0;
+    assert_int_equal(filehash_get_cancellable(cache, file, out, NULL, cancel_on_second, NULL, err, sizeof err), -1);
+    assert_string_equal(err, "cancelled");
+    assert_int_equal(access(cache, F_OK), -1);
+    calls = -100;
+    assert_int_equal(filehash_get_cancellable(cache, file, out, NULL, cancel_on_second, NULL, err, sizeof err), 0);
+    char plain[65];
+    assert_int_equal(filehash_get(NULL, file, plain, NULL, err, sizeof err), 0);
+    assert_string_equal(out, plain);
+    unlink(file);
+    unlink(cache);
+    rmdir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -152,6 +191,7 @@ int main(void)
         cmocka_unit_test(bad_ranges_are_refused),
         cmocka_unit_test(content_ranges),
         cmocka_unit_test(file_tokens_check),
+        cmocka_unit_test(hashing_can_be_cancelled),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
