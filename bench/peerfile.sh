@@ -10,7 +10,7 @@
 # The file: a Llama GGUF made by bench/make_test_gguf.c (SIZE picks the
 # shape: 1G or 512M), its tensor region filled from /dev/urandom so every
 # byte is real.  A coordinator and one worker holding it with --load; the
-# worker hashes it at start and offers it.  The source file is read once
+# worker checks it against its sha256 at start and offers it.  The source file is read once
 # before the runs, so both read it from the page cache; each round writes a
 # new destination file.
 #
@@ -75,7 +75,7 @@ CPORT=$(wait_port "$TMP/cport")
 BASE="http://127.0.0.1:$CPORT"
 GPUPOOL_MACHINE_ID=peerfile-bench "$BIN" worker --coordinator "$BASE" --join-token "$TOKEN" \
   --listen 127.0.0.1:0 --port-file "$TMP/wport" --heartbeat-ms 200 --fake-gpu "Bench GPU:24:22" \
-  --data "$TMP/worker" --load "bench=$TMP/model.gguf,ctx=2048" --engine-cmd "true" \
+  --data "$TMP/worker" --load "bench=$TMP/model.gguf,ctx=2048,sha256=$SHA" --engine-cmd "true" \
   >"$OUT/peerfile-worker.log" 2>&1 &
 PIDS+=($!)
 WPORT=$(wait_port "$TMP/wport")

@@ -41,7 +41,7 @@ static void on_progress(void *ctx, const fetch_progress *p)
 {
     cli_progress *c = ctx;
     int64_t now = mono_ms();
-    if (c->quiet || now - c->last_ms < 1000) return;
+    if (c->quiet || !p->done || now - c->last_ms < 1000) return;
     c->last_ms = now;
     double mib = 1024.0 * 1024.0;
     if (p->total)

@@ -281,6 +281,7 @@ static fetch_rc attempt(const fetch_opts *o, const char *url, int n, char *err, 
     }
     rc = finish(&x, part, err, errlen);
 out:
+    if (rc != FETCH_OK && x.done == 0 && x.buffered == 0) unlink(part); /* nothing to resume from */
     http_result_free(&res);
     if (x.md) EVP_MD_CTX_free(x.md);
     free(x.buf);
