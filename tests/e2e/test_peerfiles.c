@@ -1,9 +1,10 @@
 /* e2e: model files shared inside the LAN.  Worker A holds a ~30 MB GGUF;
  * worker B is given the same model by name, path and sha256 but lacks the
  * file: it finds A through the coordinator's sources lookup, downloads the
- * file (rate-limited, so its progress can be watched on /v1/nodes), and
- * offers the model only once the file is verified; a request routed to B
- * is then served there.  `gpupool fetch` interrupted mid-way resumes from
+ * file (rate-limited, so its progress can be watched on /v1/nodes; killed
+ * half-way and started again, it resumes from its .part), and offers the
+ * model only once the file is verified; a request routed to B is then
+ * served there.  `gpupool fetch` interrupted mid-way resumes from
  * its .part (A's log shows the second request starting past byte 0), and a
  * byte flipped in the .part is caught by the sha256 check.  A file served
  * from a tampered copy is never offered, and requests without a valid file
@@ -173,6 +174,19 @@ static int offered(void *ctx)
     return yes;
 }
 
+typedef struct part_watch {
+    const char *path;
+    long at_least;
+} part_watch;
+static int part_grew(void *ctx);
+static long file_size(const char *path);
+static long long largest_start(h_proc *a);
+
+static int only_a_ready(void *ctx)
+{
+    return h_node_count(ctx, "ready") == 1;
+}
+
 static void peer_fetch_makes_the_model_servable(void **state)
 {
     fixture *f = *state;
@@ -185,7 +199,22 @@ static void peer_fetch_makes_the_model_servable(void **state)
              dest, f->sha, f->p.dir, SIM_CMD);
     h_proc *b = h_start_worker(&f->p, "wb", NULL, args);
     assert_true(h_wait_until(fetching_seen, &wb, 15000));
+
+    /* Killed mid-way, B picks the download up from its .part when it starts again. */
+    char part[620];
+    snprintf(part, sizeof part, "%s.part", dest);
+    part_watch pw = {part, 3L << 20};
+    assert_true(h_wait_until(part_grew, &pw, 15000));
+    h_kill(b, SIGKILL);
+    assert_int_equal(h_wait_exit(b, 5000), 128 + SIGKILL);
+    long have = file_size(part);
+    assert_true(have >= 3L << 20 && have < (long)f->bytes);
+    assert_int_equal(largest_start(a), 0);
+    assert_true(h_wait_until(only_a_ready, &f->p, 10000));
+    b = h_start_worker(&f->p, "wb", NULL, args);
+    assert_true(h_wait_until(fetching_seen, &wb, 15000));
     assert_true(h_wait_until(offered, &wb, 30000));
+    assert_true(largest_start(a) >= have);
     char got[65];
     assert_int_equal(sha256_file_hex(dest, got), 0);
     assert_string_equal(got, f->sha);
@@ -215,11 +244,6 @@ static long file_size(const char *path)
     struct stat st;
     return stat(path, &st) == 0 ? (long)st.st_size : -1;
 }
-
-typedef struct part_watch {
-    const char *path;
-    long at_least;
-} part_watch;
 
 static int part_grew(void *ctx)
 {
