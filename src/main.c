@@ -22,6 +22,7 @@ static const struct {
     {"compare", cmd_compare, "run one input set through two models and compare their JSON answers"},
     {"models", cmd_models, "list the model catalogue and each node's state for every model"},
     {"logs", cmd_logs, "show the audit log: each call, its route and redacted bodies"},
+    {"fetch", cmd_fetch, "download a model file from a worker that holds it (checked, resumable)"},
 };
 
 static void usage(FILE *f)

@@ -112,6 +112,7 @@ void api_nodes(coord *c, http_req *req);
 void api_node_admin(coord *c, http_req *req, const char *id, const char *verb);
 void api_register(coord *c, http_req *req);
 void api_heartbeat(coord *c, http_req *req);
+void api_file_sources(coord *c, http_req *req, const char *sha256);
 void api_metrics(coord *c, http_req *req);
 void api_plan(coord *c, http_req *req);
 /* api/sessions.c: GET and DELETE /v1/sessions/{id}. */

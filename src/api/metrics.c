@@ -25,7 +25,7 @@ const char *metrics_route_name(metrics_route r)
     static const char *names[] = {"chat_completions", "completions", "embeddings", "models",
                                   "tasks_create", "tasks_get", "tasks_list", "tasks_cancel",
                                   "nodes", "plan", "register", "heartbeat", "healthz", "metrics",
-                                  "openapi", "preflight", "cache", "batches", "sessions", "budget", "apps", "rollouts", "audit", "webhooks", "other"};
+                                  "openapi", "preflight", "cache", "batches", "sessions", "budget", "apps", "rollouts", "audit", "webhooks", "files", "other"};
     return r < ROUTE_COUNT ? names[r] : "other";
 }
 

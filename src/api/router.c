@@ -138,6 +138,7 @@ static metrics_route route_and_run(coord *c, http_req *req)
     case OP_AUDIT_LIST: api_audit_list(c, req); break;
     case OP_AUDIT_GET: api_audit_get(c, req, id); break;
     case OP_WEBHOOK_DELIVERIES: api_webhook_deliveries(c, req); break;
+    case OP_FILE_SOURCES: api_file_sources(c, req, id); break;
     }
     return rt->metric;
 }

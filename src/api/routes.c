@@ -10,6 +10,7 @@ static const api_route ROUTES[] = {
     {"GET", "/openapi.json", OP_OPENAPI, AUTH_OPEN, ROUTE_OPENAPI, 0},
     {"POST", "/internal/v1/register", OP_REGISTER, AUTH_NODE, ROUTE_REGISTER, 1},
     {"POST", "/internal/v1/heartbeat", OP_HEARTBEAT, AUTH_NODE, ROUTE_HEARTBEAT, 1},
+    {"GET", "/internal/v1/files/{id}/sources", OP_FILE_SOURCES, AUTH_NODE, ROUTE_FILES, 1},
     {"POST", "/v1/chat/completions", OP_CHAT, AUTH_CLIENT, ROUTE_CHAT, 0},
     {"POST", "/v1/completions", OP_COMPLETIONS, AUTH_CLIENT, ROUTE_COMPLETIONS, 0},
     {"POST", "/v1/embeddings", OP_EMBEDDINGS, AUTH_CLIENT, ROUTE_EMBEDDINGS, 0},

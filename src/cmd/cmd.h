@@ -18,5 +18,6 @@ int cmd_rollout(int argc, char **argv);
 int cmd_compare(int argc, char **argv);
 int cmd_models(int argc, char **argv);
 int cmd_logs(int argc, char **argv);
+int cmd_fetch(int argc, char **argv);
 
 #endif

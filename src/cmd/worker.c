@@ -21,6 +21,7 @@
 #include "worker/fingerprint.h"
 #include "worker/frontdoor.h"
 #include "worker/managed.h"
+#include "worker/peerfetch.h"
 #include "plan/plan.h"
 
 #define MAX_SPECS 16
@@ -38,6 +39,7 @@ typedef struct worker_opts {
     long heartbeat_ms, slots;
     const char *fake_gpu_file, *fake_idle_file;
     long fake_release_ms;
+    int64_t fetch_rate;
     owner_policy owner;
 } worker_opts;
 
@@ -55,11 +57,15 @@ static void usage(FILE *f)
             "                          llama-server, vLLM or Ollama here, else the simulator);\n"
             "                          none: only the models it starts (--load, the coordinator's catalogue)\n"
             "  --slots N               parallel slots of an engine that does not report them (default 4)\n"
-            "  --load NAME=FILE.gguf[,ctx=N][,parallel=N][,keep-alive=D][,ctk=T][,ctv=T][,fa=on|off][,pin]\n"
+            "  --load NAME=FILE.gguf[,sha256=HEX][,ctx=N][,parallel=N][,keep-alive=D][,ctk=T][,ctv=T][,fa=on|off][,pin]\n"
             "                          a model whose engine starts on first use and stops when idle\n"
             "                          (repeatable; sized by the planner, then by what the engine\n"
             "                          allocated; offered where it fits; keep-alive 300 s by default,\n"
-            "                          10m or -1 (never) also work; pin: never stopped to make room)\n"
+            "                          10m or -1 (never) also work; pin: never stopped to make room;\n"
+            "                          sha256: the file's digest: the file is checked and offered to peers,\n"
+            "                          or, when it is missing, fetched from a peer that holds it)\n"
+            "  --fetch-rate SIZE       download files from peers at most this fast, e.g. 100M (per second;\n"
+            "                          default no limit)\n"
             "  --engine-cmd \"CMD\"      how to start such an engine; {model} {name} {port} {ctx}\n"
             "                          {ctx_total} {parallel} {cache_type_k} {cache_type_v} {flash_attn}\n"
             "                          {self} are filled in (default: llama-server)\n"
@@ -96,7 +102,7 @@ static int parse(int argc, char **argv, worker_opts *o)
         {"fake-gpu-file", 1, 0, 'f'}, {"serve-hours", 1, 0, 'o'}, {"max-vram", 1, 0, 'm'},
         {"pause-when-user-active", 1, 0, 'u'}, {"fake-idle-file", 1, 0, 'i'}, {"foreign-vram-tolerance", 1, 0, 'v'},
         {"data", 1, 0, 'd'}, {"margin", 1, 0, 'M'}, {"unload-wait-ms", 1, 0, 'W'},
-        {"fake-gpu-release-ms", 1, 0, 'R'},
+        {"fake-gpu-release-ms", 1, 0, 'R'}, {"fetch-rate", 1, 0, 'F'},
         {"help", 0, 0, 'H'}, {0, 0, 0, 0}};
     char err[256];
     int64_t size;
@@ -140,6 +146,9 @@ static int parse(int argc, char **argv, worker_opts *o)
             if (opts_parse_int(optarg, 0, 600000, &o->fake_release_ms)) { fprintf(stderr, "gpupool worker: --fake-gpu-release-ms wants 0..600000\n"); return -1; }
             break;
         case 'M': o->margin = optarg; break;
+        case 'F':
+            if ((o->fetch_rate = opts_parse_size(optarg)) <= 0) { fprintf(stderr, "gpupool worker: --fetch-rate wants a size per second such as 100M\n"); return -1; }
+            break;
         case 'W':
             if (opts_parse_int(optarg, 0, 600000, &o->unload_wait_ms)) { fprintf(stderr, "gpupool worker: --unload-wait-ms wants 0..600000\n"); return -1; }
             break;
@@ -220,7 +229,9 @@ static int setup_engines(worker *w, worker_opts *o)
         engine e;
         if (managed_parse(o->loads[i], &w->managed, &e, err, sizeof err)) { fprintf(stderr, "gpupool worker: %s\n", err); return -1; }
         const managed_spec *m = e.managed;
-        if (m->measured)
+        if (m->fetching)
+            log_info("%s waits for its file %s, to be fetched from a peer", m->name, m->gguf);
+        else if (m->measured)
             log_info("%s can be loaded here: needs %llu MiB at %d context x %d slot(s), as measured before "
                      "(the planner says %llu MiB)%s", m->name, (unsigned long long)(m->need_bytes >> 20), m->ctx,
                      m->parallel, (unsigned long long)(m->estimate_bytes >> 20), m->pinned ? "; pinned" : "");
@@ -316,10 +327,12 @@ int cmd_worker(int argc0, char **argv0)
     cond_init_monotonic(&w.cv); /* the agent waits with monotonic deadlines */
     pthread_cond_init(&w.load_cv, NULL);
     pthread_mutex_init(&w.probe_mu, NULL);
+    files_init(&w.files);
     int rc = 2, agent = 0;
     http_server *srv = NULL;
     if (parse(argc, argv, &o)) goto done;
     w.heartbeat_ms = o.heartbeat_ms;
+    w.fetch_rate_bps = (uint64_t)o.fetch_rate;
 
     sigset_t sigs;
     block_stop_signals(&sigs);
@@ -345,6 +358,7 @@ int cmd_worker(int argc0, char **argv0)
     if (fill_identity(&w, &o, port)) goto done;
     if (worker_agent_start(&w)) { fprintf(stderr, "gpupool worker: cannot start the agent\n"); goto done; }
     agent = 1;
+    if (peerfetch_start(&w)) log_warn("cannot start sharing model files with peers");
     if (o.port_file && write_port_file(o.port_file, port)) log_warn("cannot write the port file %s", o.port_file);
     log_info("worker %s listening at %s, coordinator %s", w.name, w.address, w.coordinator);
     int sig;
@@ -353,6 +367,7 @@ int cmd_worker(int argc0, char **argv0)
     rc = 0;
 done:
     if (agent) worker_agent_stop(&w);
+    peerfetch_stop(&w);
     relay_abort_all();
     http_server_stop(srv);
     for (int i = 0; i < w.nengines; i++) {
@@ -362,6 +377,7 @@ done:
     gpu_probe_close(w.probe);
     idle_close(w.idle);
     opts_free_argv(argv);
+    files_destroy(&w.files);
     if (rc == 0) http_client_global_cleanup();
     return rc;
 }

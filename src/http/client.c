@@ -165,6 +165,7 @@ static void setup(call_state *st, const http_call_opts *o)
         long s = (o->idle_timeout_ms + 999) / 1000;
         curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, s < 1 ? 1L : s);
     }
+    if (o->recv_buffer) curl_easy_setopt(h, CURLOPT_BUFFERSIZE, o->recv_buffer);
     const char *method = o->method ? o->method : (o->body ? "POST" : "GET");
     if (o->body) {
         curl_easy_setopt(h, CURLOPT_POSTFIELDS, o->body);

@@ -21,6 +21,7 @@ typedef struct http_call_opts {
     long timeout_ms;             /* whole call; 0 = none */
     long connect_timeout_ms;     /* 0 = 3000 */
     long idle_timeout_ms;        /* abort when no byte arrives for this long; 0 = none */
+    long recv_buffer;            /* bytes curl reads at a time (large downloads); 0 = curl's 16 KiB */
     int (*cancelled)(void *ctx); /* polled while waiting; non-zero stops the call */
     void *cancel_ctx;
 } http_call_opts;

@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <sys/epoll.h>
 #include <stdio.h>
@@ -301,6 +302,21 @@ void http_respond_text(http_req *r, int status, const char *text)
     http_respond(r, status, "text/plain; charset=utf-8", text, strlen(text));
 }
 
+void http_respond_fd(http_req *r, int status, const char *content_type, int fd, uint64_t offset, uint64_t len)
+{
+    if (r->responded) { close(fd); return; }
+    http_answer a = {.status = status, .content_type = content_type, .streamed = 1};
+    if (r->srv->o.answer) r->srv->o.answer(r, &a, r->srv->o.app);
+    free(a.replaced);
+    struct MHD_Response *resp = MHD_create_response_from_fd_at_offset64(len, fd, offset);
+    if (!resp) {
+        close(fd);
+        http_respond_text(r, 500, "cannot send the file\n");
+        return;
+    }
+    attach(r, a.status, resp, a.content_type);
+}
+
 static void waker_unref(http_waker *w)
 {
     pthread_mutex_lock(&w->mu);
@@ -559,9 +575,16 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 
 static void run_mhd(mhd_slot *m)
 {
-    MHD_run(m->d);
-    MHD_UNSIGNED_LONG_LONG ms;
-    if (MHD_get_timeout(m->d, &ms) == MHD_YES) io_timer_set(m->timer, ms > 1000 ? 1000 : (int64_t)ms);
+    MHD_UNSIGNED_LONG_LONG ms = 1000;
+    int has = MHD_NO;
+    /* A connection still able to write (a large body going out) is ready
+     * again at once: run it now, a few rounds, rather than a loop turn later. */
+    for (int i = 0; i < 16; i++) {
+        MHD_run(m->d);
+        has = MHD_get_timeout(m->d, &ms);
+        if (has != MHD_YES || ms != 0) break;
+    }
+    if (has == MHD_YES) io_timer_set(m->timer, ms > 1000 ? 1000 : (int64_t)ms);
     else io_timer_set(m->timer, 1000);
 }
 
@@ -628,6 +651,10 @@ static int loops_wanted(void)
 static struct MHD_Daemon *start_daemon(http_server *s, mhd_slot *m, unsigned flags, const struct sockaddr *sa, int listen_fd)
 {
     m->srv = s;
+    /* A process that ignores SIGPIPE (every gpupool command does) lets
+     * libmicrohttpd send files with sendfile(). */
+    struct sigaction pipe_sa;
+    int sigpipe_ignored = sigaction(SIGPIPE, NULL, &pipe_sa) == 0 && pipe_sa.sa_handler == SIG_IGN;
     if (listen_fd < 0)
         return MHD_start_daemon(flags, 0, NULL, NULL, on_access, m,
                                 MHD_OPTION_SOCK_ADDR, sa,
@@ -636,6 +663,7 @@ static struct MHD_Daemon *start_daemon(http_server *s, mhd_slot *m, unsigned fla
                                 MHD_OPTION_CONNECTION_LIMIT, 4096u,
                                 MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
                                 MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+                                MHD_OPTION_SIGPIPE_HANDLED_BY_APP, sigpipe_ignored,
                                 MHD_OPTION_END);
     return MHD_start_daemon(flags, 0, NULL, NULL, on_access, m,
                             MHD_OPTION_LISTEN_SOCKET, listen_fd,
@@ -643,6 +671,7 @@ static struct MHD_Daemon *start_daemon(http_server *s, mhd_slot *m, unsigned fla
                             MHD_OPTION_CONNECTION_TIMEOUT, s->o.idle_timeout_s,
                             MHD_OPTION_CONNECTION_LIMIT, 4096u,
                             MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+                            MHD_OPTION_SIGPIPE_HANDLED_BY_APP, sigpipe_ignored,
                             MHD_OPTION_END);
 }
 

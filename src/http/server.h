@@ -119,6 +119,11 @@ void http_set_header(http_req *r, const char *name, const char *value);
 void http_respond(http_req *r, int status, const char *content_type, const void *body, size_t len);
 void http_respond_json(http_req *r, int status, json_t *j); /* does not steal j */
 void http_respond_text(http_req *r, int status, const char *text);
+/* len bytes of the open file fd from offset, sent by the kernel without
+ * passing through a buffer here (sendfile where it can).  Takes fd: it is
+ * closed when the answer is done or could not be made.  A HEAD request gets
+ * the headers alone. */
+void http_respond_fd(http_req *r, int status, const char *content_type, int fd, uint64_t offset, uint64_t len);
 
 /* A streamed body.  read() runs on the event loop and must not block: it
  * fills up to max bytes and returns how many, HTTP_STREAM_END at the end,

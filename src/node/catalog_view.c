@@ -81,7 +81,7 @@ void reg_node_catalog_json(const registry *r, const node *nd, json_t *o)
         if (!st) continue;
         json_t *m = json_pack("{s:s, s:s}", "model", e->name, "state", st);
         json_object_set_new(m, "sha256", sha ? json_string(sha) : json_null());
-        json_object_set_new(m, "catalog_sha256", e->sha256[0] ? json_string(e->sha256) : json_null());
+        json_object_set_new(m, "pinned_sha256", e->sha256[0] ? json_string(e->sha256) : json_null());
         json_array_append_new(list, m);
         if (!strcmp(st, "mismatch")) json_array_append_new(mismatches, json_string(e->name));
     }

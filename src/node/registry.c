@@ -69,6 +69,8 @@ static void node_free(node *nd)
     json_decref(nd->engines);
     json_decref(nd->loadable_json);
     json_decref(nd->model_files);
+    json_decref(nd->files);
+    json_decref(nd->transfers);
     free(nd);
 }
 
@@ -200,6 +202,7 @@ static void absorb_report(node *nd, json_t *req)
     json_t *files = json_object_get(req, "model_files");
     json_decref(nd->model_files);
     nd->model_files = json_is_array(files) ? json_deep_copy(files) : json_array();
+    reg_absorb_files(nd, req);
 }
 
 static void issue_token(registry *r, node *nd, int64_t now)
@@ -593,6 +596,8 @@ json_t *registry_nodes_json(registry *r, int64_t now)
             json_object_set_new(o, "profile", profile_json(&nd->prof, now));
             json_object_set_new(o, "consecutive_failures", json_integer(nd->fails));
             reg_node_catalog_json(r, nd, o);
+            json_object_set_new(o, "files", nd->files ? json_incref(nd->files) : json_array());
+            json_object_set_new(o, "transfers", nd->transfers ? json_incref(nd->transfers) : json_array());
             json_array_append_new(arr, o);
         }
     }

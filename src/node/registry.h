@@ -140,6 +140,15 @@ int registry_waiters(registry *r);
  * appeared: a release, a registration or a heartbeat. */
 void registry_on_change(registry *r, void (*fn)(void *), void *ctx);
 
+/* Peer file sharing (node/files.c).  Which live nodes other than the asker
+ * hold the file with this sha256 (lower-case hex), from their heartbeats'
+ * "files": {"sha256", "bytes", "sources": [{"node_id", "name", "url"}]},
+ * ready nodes first.  The asker proves it is a node with its node token,
+ * from the address it registered from.  Returns an HTTP status like the
+ * control-plane calls. */
+int registry_file_sources(registry *r, const char *bearer, const char *sha256, const char *peer, int64_t now,
+                          json_t **resp, char *why, size_t whylen);
+
 int registry_model_known(registry *r, const char *model);
 /* Whether trusted capacity (any node but external backends, live or not)
  * serves or can start the model: a private request has nowhere else to go. */

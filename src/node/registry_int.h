@@ -43,6 +43,7 @@ typedef struct node {
     int nloadable;
     json_t *gpus, *engines, *loadable_json;
     json_t *model_files;  /* per model: the file's sha256 and state, as the worker reports them */
+    json_t *files, *transfers;  /* model files it offers peers, and its own downloads */
     /* circuit breaker */
     int fails;            /* failures in a row */
     int64_t open_until;   /* open (no work) until this monotonic ms; 0 = not open */
@@ -88,6 +89,8 @@ node *reg_find(registry *r, const char *id);
 int reg_has_model(const node *nd, const char *model);
 /* The need for a model the node can start; 0 with *found = 0 if it cannot. */
 uint64_t reg_loadable_need(const node *nd, const char *model, int *found);
+/* Takes a report's "files" and "transfers" into the node (node/files.c). */
+void reg_absorb_files(node *nd, json_t *report);
 
 /* node/catalog_view.c: the catalogue's side of the registry. */
 /* Whether the node may get work for model: no catalogue entry pins a file

@@ -230,6 +230,9 @@ static json_t *report(worker *w)
      * if it merely drained. */
     if (w->gpu_lost) json_object_set_new(j, "not_ready_reason", json_string(w->gpu_lost_reason));
     else if (!healthy) json_object_set_new(j, "not_ready_reason", json_string("no engine is answering"));
+    /* Files peers may fetch from here, and this node's own downloads. */
+    json_object_set_new(j, "files", files_held_json(&w->files));
+    json_object_set_new(j, "transfers", files_transfers_json(&w->files));
     if (w->draining && !w->gpu_lost) {
         json_object_set_new(j, "draining", json_true());
         json_object_set_new(j, "draining_reason", json_string(w->drain_reason));

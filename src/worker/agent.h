@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "worker/engine.h"
+#include "worker/files.h"
 #include "worker/gpu.h"
 #include "worker/idle.h"
 #include "worker/managed.h"
@@ -43,6 +44,10 @@ typedef struct worker {
     pthread_mutex_t probe_mu;   /* the GPU probe and its charges: the agent and starts use it */
     owner_policy owner;         /* settle_ms is set from the heartbeat interval */
     idle_source *idle;          /* NULL: the user's activity is not asked about */
+    uint64_t fetch_rate_bps;    /* --fetch-rate: downloads from peers; 0 no limit */
+    worker_files files;         /* files offered to peers, downloads from them (own lock) */
+    pthread_t fetch_thread;     /* worker/peerfetch */
+    int fetch_running;
     /* the agent thread's alone */
     owner_state owner_st;
     int adopted_pid[WORKER_MAX_ENGINES];  /* listener of an engine we front, 0 unknown */

@@ -5,7 +5,9 @@
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
+#include <openssl/evp.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -49,7 +51,43 @@ static int save(const char *cache_path, json_t *root, char *err, size_t errlen)
     return 0;
 }
 
+/* Hex SHA-256 of path in 1 MiB blocks; 0, -1 with errno set, or -2 when
+ * cancelled. */
+static int hash_file(const char *path, char out[65], int (*cancelled)(void *), void *ctx)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    EVP_MD_CTX *md = EVP_MD_CTX_new();
+    unsigned char *block = malloc(1 << 20);
+    int rc = md && block ? 0 : -1;
+    if (rc == 0) EVP_DigestInit_ex(md, EVP_sha256(), NULL);
+    size_t n;
+    while (rc == 0 && (n = fread(block, 1, 1 << 20, f)) > 0) {
+        if (cancelled && cancelled(ctx)) rc = -2;
+        else EVP_DigestUpdate(md, block, n);
+    }
+    if (rc == 0 && ferror(f)) rc = -1;
+    if (rc == 0) {
+        unsigned char d[32];
+        unsigned dl = 0;
+        EVP_DigestFinal_ex(md, d, &dl);
+        for (int i = 0; i < 32; i++) snprintf(out + 2 * i, 3, "%02x", d[i]);
+    }
+    int saved = errno;
+    EVP_MD_CTX_free(md);
+    free(block);
+    fclose(f);
+    errno = saved;
+    return rc;
+}
+
 int filehash_get(const char *cache_path, const char *file, char out[65], uint64_t *bytes, char *err, size_t errlen)
+{
+    return filehash_get_cancellable(cache_path, file, out, bytes, NULL, NULL, err, errlen);
+}
+
+int filehash_get_cancellable(const char *cache_path, const char *file, char out[65], uint64_t *bytes,
+                             int (*cancelled)(void *ctx), void *ctx, char *err, size_t errlen)
 {
     char abs[PATH_MAX];
     struct stat st;
@@ -66,8 +104,10 @@ int filehash_get(const char *cache_path, const char *file, char out[65], uint64_
         json_decref(root);
         return 0;
     }
-    if (sha256_file_hex(abs, out) != 0) {
+    int hrc = hash_file(abs, out, cancelled, ctx);
+    if (hrc != 0) {
         json_decref(root);
+        if (hrc == -2) return err_out(err, errlen, "cancelled");
         return err_out(err, errlen, "%s: cannot read it: %s", file, strerror(errno));
     }
     if (cache_path) {

@@ -18,6 +18,12 @@
  * with a reason. */
 int filehash_get(const char *cache_path, const char *file, char out[65], uint64_t *bytes, char *err, size_t errlen);
 
+/* The same, reading the file in blocks and asking cancelled(ctx) before
+ * each: nonzero stops it (-1, "cancelled"), so a worker told to stop is not
+ * held up by a large file's first hashing. */
+int filehash_get_cancellable(const char *cache_path, const char *file, char out[65], uint64_t *bytes,
+                             int (*cancelled)(void *ctx), void *ctx, char *err, size_t errlen);
+
 /* Whether s is 64 lower- or upper-case hex digits. */
 int filehash_valid(const char *s);
 

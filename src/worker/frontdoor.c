@@ -11,6 +11,7 @@
 #include "util/json_skim.h"
 #include "util/log.h"
 #include "worker/agent.h"
+#include "worker/fileserve.h"
 #include "worker/managed.h"
 #include "worker/residency.h"
 
@@ -316,6 +317,10 @@ void frontdoor_handle(http_req *req, void *app)
         pthread_mutex_unlock(&w->mu);
         http_respond_json(req, 200, j);
         json_decref(j);
+        return;
+    }
+    if (!strncmp(p, FILESERVE_PREFIX, strlen(FILESERVE_PREFIX))) {
+        fileserve_handle(&w->files, w->join_token, req);
         return;
     }
     if (!is_inference(p)) {

@@ -192,6 +192,12 @@ int worker_ensure_loaded(worker *w, const char *model, char *why, size_t whylen)
     if (idx < 0) { pthread_mutex_unlock(&w->mu); return 0; }
     engine *e = &w->engines[idx];
     managed_spec *m = e->managed;
+    if (m->fetching) {
+        snprintf(why, whylen, "%s's file is still being fetched from a peer%s%s", model, m->last_error[0] ? ": " : "",
+                 m->last_error);
+        pthread_mutex_unlock(&w->mu);
+        return -1;
+    }
     int waited = 0;
     while (m->loading || w->starting) {
         waited |= m->loading;
@@ -324,7 +330,7 @@ uint64_t worker_managed_report_locked(worker *w, json_t *engines, json_t *loadab
         json_object_set_new(mj, "evictable", json_boolean(r[j].running && !r[j].busy && !r[j].pinned));
         json_object_update(json_array_get(engines, (size_t)map[j]), mj);
         json_decref(mj);
-        if (e->healthy) continue;
+        if (e->healthy || m->fetching) continue; /* a file still on its way is not offered */
         /* Offered with the free VRAM a start needs here: less what stopping
          * idle engines would give back, so a node that can make room is
          * still chosen when no node has the room already. */

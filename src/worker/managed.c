@@ -23,9 +23,10 @@
 #include "util/err.h"
 #include "util/log.h"
 #include "util/opts.h"
+#include "worker/filehash.h"
 #include "worker/residency.h"
 
-#define LOAD_USAGE "--load wants NAME=FILE.gguf[,ctx=N][,parallel=N][,keep-alive=D][,ctk=T][,ctv=T][,fa=on|off][,pin]"
+#define LOAD_USAGE MANAGED_LOAD_USAGE
 
 /* A file name from a model name: what is not [A-Za-z0-9._-] becomes '_'. */
 static void safe_name(const char *name, char *out, size_t len)
@@ -51,7 +52,10 @@ static int parse_option(managed_spec *m, char *kv, char *err, size_t errlen)
         return 0;
     }
     if (!v || !*v) return err_out(err, errlen, "--load %s: '%s' needs a value (%s)", m->name, kv, LOAD_USAGE);
-    if (!strcmp(kv, "ctx") || !strcmp(kv, "parallel")) {
+    if (!strcmp(kv, "sha256")) {
+        if (!filehash_valid(v)) return err_out(err, errlen, "--load %s: sha256 wants 64 hex digits", m->name);
+        for (int i = 0; i < 65; i++) m->pinned_sha256[i] = (char)(v[i] >= 'A' && v[i] <= 'F' ? v[i] + 32 : v[i]);
+    } else if (!strcmp(kv, "ctx") || !strcmp(kv, "parallel")) {
         char *end;
         long n = strtol(v, &end, 10);
         if (*end || n <= 0 || n > (1 << 24)) return err_out(err, errlen, "--load %s: bad %s '%s'", m->name, kv, v);
@@ -121,19 +125,14 @@ int managed_parse(const char *spec, const managed_defaults *d, engine *e, char *
     snprintf(m->gguf, sizeof m->gguf, "%.511s", path);
     for (char *kv = strtok_r(NULL, ",", &save); kv; kv = strtok_r(NULL, ",", &save))
         if (parse_option(m, kv, err, errlen)) goto bad;
-    if (estimate(m, err, errlen)) goto bad;
     char file[160];
     safe_name(m->name, file, sizeof file);
     snprintf(m->log_path, sizeof m->log_path, "%s/logs/%s.log", d->data_dir, file);
     snprintf(m->measured_path, sizeof m->measured_path, "%s/measured.json", d->data_dir);
-    m->need_bytes = m->estimate_bytes;
-    measured_key k;
-    char why[300];
-    if (measured_key_for(m->gguf, m->ctx, m->parallel, m->ctk, m->ctv, m->flash_attn, &k, why, sizeof why) == 0 &&
-        measured_lookup(m->measured_path, &k, &m->meas, why, sizeof why) == 1) {
-        m->measured = 1;
-        m->need_bytes = managed_measured_need(d, &m->meas);
-    }
+    /* A missing file with a known digest comes from a peer; it is sized
+     * when it is here. */
+    if (m->pinned_sha256[0] && access(m->gguf, F_OK) != 0 && errno == ENOENT) m->fetching = 1;
+    else if (managed_size(m, err, errlen)) goto bad;
     m->keep_alive_cur_ms = m->keep_alive_ms;
     e->kind = ENGINE_MANAGED;
     e->default_slots = m->parallel;
@@ -143,6 +142,20 @@ int managed_parse(const char *spec, const managed_defaults *d, engine *e, char *
 bad:
     free(m);
     return -1;
+}
+
+int managed_size(managed_spec *m, char *err, size_t errlen)
+{
+    if (estimate(m, err, errlen)) return -1;
+    m->need_bytes = m->estimate_bytes;
+    measured_key k;
+    char why[300];
+    if (measured_key_for(m->gguf, m->ctx, m->parallel, m->ctk, m->ctv, m->flash_attn, &k, why, sizeof why) == 0 &&
+        measured_lookup(m->measured_path, &k, &m->meas, why, sizeof why) == 1) {
+        m->measured = 1;
+        m->need_bytes = managed_measured_need(&m->defaults, &m->meas);
+    }
+    return 0;
 }
 
 int managed_argv(const char *tmpl, const managed_spec *m, int port, const char *self, char *out, size_t outlen,
@@ -388,7 +401,7 @@ int managed_measurement(const managed_spec *m, const memlog_figures *f, int64_t 
 
 json_t *managed_json(const managed_spec *m, int running, int64_t now)
 {
-    const char *state = m->loading ? "starting" : running ? "running" : "stopped";
+    const char *state = m->fetching ? "fetching" : m->loading ? "starting" : running ? "running" : "stopped";
     json_t *j = json_pack("{s:s, s:s, s:I, s:s, s:I, s:i, s:i, s:s, s:s, s:b, s:b, s:I, s:i, s:s}", "state", state,
                           "model", m->name, "need_bytes", (json_int_t)m->need_bytes, "need_source",
                           m->measured && m->meas.model_bytes ? "measured" : "estimate", "estimate_bytes", (json_int_t)m->estimate_bytes,
@@ -402,5 +415,6 @@ json_t *managed_json(const managed_spec *m, int running, int64_t now)
         json_object_set_new(j, "vram_bytes", json_integer((json_int_t)m->charged_bytes));
     }
     if (m->last_error[0]) json_object_set_new(j, "last_error", json_string(m->last_error));
+    if (m->pinned_sha256[0]) json_object_set_new(j, "sha256", json_string(m->pinned_sha256));
     return j;
 }

@@ -7,6 +7,11 @@
  * and settings measured it (worker/measured): then the measurement counts.
  * Heartbeats offer it as loadable with that need.
  *
+ * With sha256=HEX the file's digest is known: the worker checks its file
+ * against it and offers the file to peers; when the file is missing it is
+ * fetched from a peer that holds it (worker/peerfetch) and the model is
+ * "fetching", not offered, until the verified file is in place.
+ *
  * This file owns one engine's process: the command line from the template
  * (--engine-cmd), its log file (DATA/logs/NAME.log, the previous start's
  * kept as NAME.log.1), waiting until it answers or the load timeout, the
@@ -46,7 +51,7 @@ typedef struct managed_spec {
     managed_defaults defaults;
     uint64_t estimate_bytes;   /* the planner's figure */
     char engine_cmd[1024];     /* its own start template (a catalogue "command" engine); "" = the worker's */
-    char catalog_sha256[65];   /* the file the catalogue pins for this model; "" = none */
+    char pinned_sha256[65];    /* the file's expected digest, from the catalogue or --load sha256=; "" = none */
     /* live, under the worker's lock */
     uint64_t need_bytes;       /* what a start needs: the measurement's when there is one */
     int measured;              /* meas is valid */
@@ -54,6 +59,7 @@ typedef struct managed_spec {
     uint64_t charged_bytes;    /* VRAM the running engine holds (its need when it started) */
     int64_t keep_alive_cur_ms; /* after the last request: its keep_alive, or the default */
     int loading;               /* a start is under way */
+    int fetching;              /* the file is being fetched from a peer: not offered, not sized yet */
     int64_t last_used_ms;      /* monotonic: the last request's end, or the start */
     int64_t started_ms;
     int starts;
@@ -64,6 +70,9 @@ typedef struct managed_spec {
 } managed_spec;
 
 /* The default command: llama.cpp's server. */
+#define MANAGED_LOAD_USAGE \
+    "--load wants NAME=FILE.gguf[,sha256=HEX][,ctx=N][,parallel=N][,keep-alive=D][,ctk=T][,ctv=T][,fa=on|off][,pin]"
+
 #define MANAGED_DEFAULT_CMD \
     "llama-server -m {model} --alias {name} --host 127.0.0.1 --port {port} -c {ctx_total} -np {parallel} " \
     "--kv-unified -ngl 999 -ctk {cache_type_k} -ctv {cache_type_v} -fa {flash_attn}"
@@ -71,6 +80,10 @@ typedef struct managed_spec {
 /* Parses a --load value, sizes the model with the planner and reads an
  * earlier measurement from d->data_dir.  0, or -1 with a one-line reason. */
 int managed_parse(const char *spec, const managed_defaults *d, engine *e, char *err, size_t errlen);
+/* Sizes a model whose file has just arrived (it was fetching): the
+ * planner's figure and an earlier measurement, as managed_parse does.
+ * Reads the file; call on a copy without the worker's lock. */
+int managed_size(managed_spec *m, char *err, size_t errlen);
 /* The command line for one start: {model} {name} {port} {ctx} {ctx_total}
  * {parallel} {cache_type_k} {cache_type_v} {flash_attn} {self} replaced.
  * Pure; for tests.  Returns argc or -1. */

@@ -127,7 +127,7 @@ static int add_engine(worker *w, json_t *entry, char spec[1400], char *err, size
     if (rc) return -1;
     managed_spec *m = e.managed;
     if (!strcmp(str(entry, "engine"), "command")) snprintf(m->engine_cmd, sizeof m->engine_cmd, "%s", str(entry, "command"));
-    snprintf(m->catalog_sha256, sizeof m->catalog_sha256, "%s", str(entry, "sha256"));
+    snprintf(m->pinned_sha256, sizeof m->pinned_sha256, "%s", str(entry, "sha256"));
     pthread_mutex_lock(&w->mu);
     if (w->nengines < WORKER_MAX_ENGINES) {
         w->engines[w->nengines++] = e;
@@ -170,7 +170,7 @@ static int update_engine(worker *w, wcat_made *md, json_t *entry)
     if (!entry || stat(str(entry, "gguf"), &sb) || managed_parse(md->spec, &w->managed, &e, err, sizeof err)) return 0;
     managed_spec *nm = e.managed;
     if (!strcmp(str(entry, "engine"), "command")) snprintf(nm->engine_cmd, sizeof nm->engine_cmd, "%s", str(entry, "command"));
-    snprintf(nm->catalog_sha256, sizeof nm->catalog_sha256, "%s", str(entry, "sha256"));
+    snprintf(nm->pinned_sha256, sizeof nm->pinned_sha256, "%s", str(entry, "sha256"));
     pthread_mutex_lock(&w->mu);
     int done = 0;
     for (int i = 0; i < w->nengines && !done; i++) {
@@ -272,7 +272,7 @@ void wcat_take(worker *w, json_t *answer)
                  * Either way its file is checked. */
                 pthread_mutex_lock(&w->mu);
                 managed_spec *m = managed_for(w, name);
-                if (m) snprintf(m->catalog_sha256, sizeof m->catalog_sha256, "%s", str(entry, "sha256"));
+                if (m) snprintf(m->pinned_sha256, sizeof m->pinned_sha256, "%s", str(entry, "sha256"));
                 pthread_mutex_unlock(&w->mu);
                 for (int k = 0; k < next->nmade; k++) {
                     wcat_made *md = &next->made[k];
@@ -322,7 +322,7 @@ void wcat_report_locked(worker *w, json_t *report)
     for (int i = 0; i < w->nengines; i++) {
         const managed_spec *m = w->engines[i].managed;
         if (!m) continue;
-        const char *st = wcat_state(m->hash_state, m->sha256, m->catalog_sha256, w->engines[i].healthy);
+        const char *st = wcat_state(m->hash_state, m->sha256, m->pinned_sha256, w->engines[i].healthy);
         json_t *f = json_pack("{s:s, s:s, s:s}", "model", m->name, "state", st, "file", m->gguf);
         json_object_set_new(f, "sha256", m->hash_state > 0 ? json_string(m->sha256) : json_null());
         json_array_append_new(files, f);
@@ -343,7 +343,7 @@ void wcat_report_locked(worker *w, json_t *report)
  * with, reading a large model would tell nobody anything. */
 static int needs_hash(const managed_spec *m)
 {
-    return m && m->catalog_sha256[0] && (m->hash_state == 0 || m->hash_state == HASH_RECHECK ||
+    return m && m->pinned_sha256[0] && (m->hash_state == 0 || m->hash_state == HASH_RECHECK ||
                                          m->hash_state == HASH_MISSING_RECHECK);
 }
 
@@ -386,9 +386,9 @@ static void *hasher_thread(void *arg)
             snprintf(m->sha256, sizeof m->sha256, "%s", rc ? "" : sha);
             int quiet = same || (rc && was_missing); /* a re-check that found nothing new */
             if (!quiet && rc) log_warn("cannot hash the file of %s: %s", name, err);
-            else if (!quiet && strcasecmp(m->catalog_sha256, sha))
+            else if (!quiet && strcasecmp(m->pinned_sha256, sha))
                 log_warn("%s: %s is not the catalogue's file (sha256 %.12s..., the catalogue pins %.12s...); the "
-                         "pool sends this node no work for it", name, file, sha, m->catalog_sha256);
+                         "pool sends this node no work for it", name, file, sha, m->pinned_sha256);
             else if (!quiet)
                 log_info("%s: sha256 %.12s... (%llu MiB in %lld ms)%s", name, sha, (unsigned long long)(bytes >> 20),
                          (long long)(mono_ms() - t0), again ? ", the file changed" : "");
@@ -406,7 +406,7 @@ void wcat_hash_pending(worker *w)
         w->catalog->recheck_at = now + WCAT_RECHECK_MS;
         for (int i = 0; i < w->nengines; i++) {
             managed_spec *m = w->engines[i].managed;
-            if (m && m->catalog_sha256[0] && m->hash_state) m->hash_state = m->hash_state > 0 ? HASH_RECHECK : HASH_MISSING_RECHECK;
+            if (m && m->pinned_sha256[0] && m->hash_state) m->hash_state = m->hash_state > 0 ? HASH_RECHECK : HASH_MISSING_RECHECK;
         }
     }
     pthread_mutex_unlock(&w->mu);

@@ -127,10 +127,11 @@ static int state_is(void *arg)
     return !strcmp(st, w->state);
 }
 
+/* Generous: a worker looks at its files again every 10 s, then hashes them. */
 static void wait_state(h_pool *p, const char *model, const char *node, const char *state)
 {
     want w = {p, model, node, state};
-    if (!h_wait_until(state_is, &w, 15000)) {
+    if (!h_wait_until(state_is, &w, 30000)) {
         char st[32];
         model_state(p, model, node, st, sizeof st);
         fail_msg("%s on %s: state '%s', wanted '%s'", model, node, st, state);
