@@ -43,6 +43,7 @@ static const char *state_on(const node *nd, const cat_entry *e, const char **sha
     int loadable, has = reg_has_model(nd, e->name);
     reg_loadable_need(nd, e->name, &loadable);
     if (st && !strcmp(st, "missing")) return "missing";
+    if (st && !strcmp(st, "fetching")) return "fetching"; /* from a peer: not offered yet */
     if (e->sha256[0] && h && !catalog_hash_matches(e, h)) return "mismatch";
     if (st && !strcmp(st, "hashing") && e->sha256[0]) return "hashing";
     if (!has && !loadable) return rep ? (st && !strcmp(st, "hashing") ? "hashing" : "missing") : NULL;

@@ -48,6 +48,7 @@ typedef struct worker {
     worker_files files;         /* files offered to peers, downloads from them (own lock) */
     pthread_t fetch_thread;     /* worker/peerfetch */
     int fetch_running;
+    int fetch_busy, fetch_again;  /* under mu: a fetch pass runs; another was asked for */
     /* the agent thread's alone */
     owner_state owner_st;
     int adopted_pid[WORKER_MAX_ENGINES];  /* listener of an engine we front, 0 unknown */

@@ -3,6 +3,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "http/client.h"
 #include "util/clock.h"
@@ -172,6 +173,38 @@ static int arrived(worker *w, int engine_idx, int xidx, const char *sha)
     return 0;
 }
 
+/* The file turned up by other means (copied by hand): the model is sized
+ * and stops fetching; the catalogue's hasher then judges the file. */
+static int appeared(worker *w, int engine_idx, int xidx, const char *name, const char *dest)
+{
+    if (access(dest, F_OK) != 0) return 0;
+    pthread_mutex_lock(&w->mu);
+    managed_spec copy = *w->engines[engine_idx].managed;
+    pthread_mutex_unlock(&w->mu);
+    char err[600];
+    int rc = managed_size(&copy, err, sizeof err);
+    pthread_mutex_lock(&w->mu);
+    managed_spec *m = w->engines[engine_idx].managed;
+    if (!rc) {
+        m->estimate_bytes = copy.estimate_bytes;
+        m->need_bytes = copy.need_bytes;
+        m->measured = copy.measured;
+        m->meas = copy.meas;
+        m->fetching = 0;
+        m->last_error[0] = 0;
+    }
+    pthread_mutex_unlock(&w->mu);
+    if (rc) return 0; /* half copied, perhaps: look again later */
+    file_transfer t;
+    files_transfer_get(&w->files, xidx, &t);
+    t.state = XFER_DONE;
+    t.eta_s = 0;
+    snprintf(t.error, sizeof t.error, "the file appeared on this node");
+    files_transfer_set(&w->files, xidx, &t);
+    log_info("%s's file %s appeared on this node: no longer fetching it", name, dest);
+    return 1;
+}
+
 static void fetch_missing(worker *w, int engine_idx)
 {
     char name[128], dest[512], sha[65];
@@ -190,7 +223,7 @@ static void fetch_missing(worker *w, int engine_idx)
     int attempts = 0;
     char last_why[600] = "";
     for (;;) {
-        if (stopping(w)) return;
+        if (stopping(w) || appeared(w, engine_idx, xidx, name, dest)) return;
         char urls[MAX_SOURCES][600], why[600];
         int n = sources(w, sha, urls, MAX_SOURCES, why, sizeof why);
         file_transfer t;
@@ -224,6 +257,26 @@ static void fetch_missing(worker *w, int engine_idx)
     }
 }
 
+/* Fetches every model marked fetching, one after another, and looks again
+ * while peerfetch_request asked for it meanwhile. */
+static void fetch_all_missing(worker *w)
+{
+    for (;;) {
+        for (int i = 0; i < WORKER_MAX_ENGINES && !stopping(w); i++) {
+            pthread_mutex_lock(&w->mu);
+            int missing = i < w->nengines && w->engines[i].managed && w->engines[i].managed->fetching;
+            pthread_mutex_unlock(&w->mu);
+            if (missing) fetch_missing(w, i);
+        }
+        pthread_mutex_lock(&w->mu);
+        int again = w->fetch_again && !w->stopping;
+        w->fetch_again = 0;
+        if (!again) w->fetch_busy = 0;
+        pthread_mutex_unlock(&w->mu);
+        if (!again) return;
+    }
+}
+
 static void *peerfetch_thread(void *arg)
 {
     worker *w = arg;
@@ -231,20 +284,44 @@ static void *peerfetch_thread(void *arg)
     snprintf(cache, sizeof cache, "%s/hashes.json", w->managed.data_dir);
     if (make_dirs(w->managed.data_dir)) log_warn("cannot make %s: file digests are not remembered", w->managed.data_dir);
     share_present(w, cache);
-    for (int i = 0; i < WORKER_MAX_ENGINES && !stopping(w); i++) {
-        pthread_mutex_lock(&w->mu);
-        int missing = i < w->nengines && w->engines[i].managed && w->engines[i].managed->fetching;
-        pthread_mutex_unlock(&w->mu);
-        if (missing) fetch_missing(w, i);
-    }
+    fetch_all_missing(w);
+    return NULL;
+}
+
+static void *refetch_thread(void *arg)
+{
+    fetch_all_missing(arg);
     return NULL;
 }
 
 int peerfetch_start(worker *w)
 {
-    if (pthread_create(&w->fetch_thread, NULL, peerfetch_thread, w)) return -1;
+    w->fetch_busy = 1;
+    if (pthread_create(&w->fetch_thread, NULL, peerfetch_thread, w)) {
+        w->fetch_busy = 0;
+        return -1;
+    }
     w->fetch_running = 1;
     return 0;
+}
+
+void peerfetch_request(worker *w)
+{
+    pthread_mutex_lock(&w->mu);
+    int busy = w->fetch_busy;
+    if (busy) w->fetch_again = 1;
+    else w->fetch_busy = 1;
+    pthread_mutex_unlock(&w->mu);
+    if (busy) return;
+    /* The thread before has ended (it cleared fetch_busy on its way out). */
+    if (w->fetch_running) pthread_join(w->fetch_thread, NULL);
+    w->fetch_running = pthread_create(&w->fetch_thread, NULL, refetch_thread, w) == 0;
+    if (!w->fetch_running) {
+        log_warn("cannot start fetching model files from peers");
+        pthread_mutex_lock(&w->mu);
+        w->fetch_busy = 0;
+        pthread_mutex_unlock(&w->mu);
+    }
 }
 
 void peerfetch_stop(worker *w)

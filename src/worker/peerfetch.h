@@ -17,6 +17,10 @@
 #include "worker/agent.h"
 
 int peerfetch_start(worker *w);
+/* A model marked fetching was added (a catalogue entry whose file is not
+ * here): fetch it, on the thread if it is still running, else on a new one.
+ * Called from the agent's thread. */
+void peerfetch_request(worker *w);
 /* After worker_agent_stop (which sets w->stopping): waits for the thread. */
 void peerfetch_stop(worker *w);
 

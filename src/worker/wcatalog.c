@@ -13,6 +13,7 @@
 #include "util/log.h"
 #include "util/opts.h"
 #include "worker/filehash.h"
+#include "worker/peerfetch.h"
 
 #define WCAT_MAX 64
 /* How often the files already hashed are looked at again: a replaced or
@@ -122,7 +123,19 @@ static int add_engine(worker *w, json_t *entry, char spec[1400], char *err, size
     engine e;
     struct stat sb;
     int rc = wcat_load_spec(entry, spec, 1400, err, errlen);
-    if (!rc && stat(str(entry, "gguf"), &sb)) rc = err_out(err, errlen, "%s: no file %s on this node", name, str(entry, "gguf"));
+    /* A missing file the catalogue pins comes from a peer that holds it
+     * (worker/peerfetch); without a digest there is nothing to ask for. */
+    int fetch = 0;
+    if (!rc && stat(str(entry, "gguf"), &sb)) {
+        const char *sha = str(entry, "sha256");
+        if (!*sha) rc = err_out(err, errlen, "%s: no file %s on this node", name, str(entry, "gguf"));
+        else if (strlen(spec) + 8 + strlen(sha) >= 1400) rc = err_out(err, errlen, "%s: the entry is too long", name);
+        else {
+            strcat(spec, ",sha256=");
+            strcat(spec, sha);
+            fetch = 1;
+        }
+    }
     if (!rc) rc = managed_parse(spec, &w->managed, &e, err, errlen);
     if (rc) return -1;
     managed_spec *m = e.managed;
@@ -131,13 +144,17 @@ static int add_engine(worker *w, json_t *entry, char spec[1400], char *err, size
     pthread_mutex_lock(&w->mu);
     if (w->nengines < WORKER_MAX_ENGINES) {
         w->engines[w->nengines++] = e;
-        log_info("catalogue model %s can be loaded here from %s: needs %llu MiB at %d context x %d slot(s)", name,
-                 m->gguf, (unsigned long long)(m->need_bytes >> 20), m->ctx, m->parallel);
+        if (m->fetching)
+            log_info("catalogue model %s: %s is not on this node; it is fetched from a peer", name, m->gguf);
+        else
+            log_info("catalogue model %s can be loaded here from %s: needs %llu MiB at %d context x %d slot(s)", name,
+                     m->gguf, (unsigned long long)(m->need_bytes >> 20), m->ctx, m->parallel);
     } else {
         rc = err_out(err, errlen, "%s: this worker runs %d engines already", name, WORKER_MAX_ENGINES);
         free(m);
     }
     pthread_mutex_unlock(&w->mu);
+    if (!rc && fetch) peerfetch_request(w);
     return rc;
 }
 
@@ -322,7 +339,7 @@ void wcat_report_locked(worker *w, json_t *report)
     for (int i = 0; i < w->nengines; i++) {
         const managed_spec *m = w->engines[i].managed;
         if (!m) continue;
-        const char *st = wcat_state(m->hash_state, m->sha256, m->pinned_sha256, w->engines[i].healthy);
+        const char *st = m->fetching ? "fetching" : wcat_state(m->hash_state, m->sha256, m->pinned_sha256, w->engines[i].healthy);
         json_t *f = json_pack("{s:s, s:s, s:s}", "model", m->name, "state", st, "file", m->gguf);
         json_object_set_new(f, "sha256", m->hash_state > 0 ? json_string(m->sha256) : json_null());
         json_array_append_new(files, f);
@@ -343,8 +360,8 @@ void wcat_report_locked(worker *w, json_t *report)
  * with, reading a large model would tell nobody anything. */
 static int needs_hash(const managed_spec *m)
 {
-    return m && m->pinned_sha256[0] && (m->hash_state == 0 || m->hash_state == HASH_RECHECK ||
-                                         m->hash_state == HASH_MISSING_RECHECK);
+    return m && m->pinned_sha256[0] && !m->fetching &&
+           (m->hash_state == 0 || m->hash_state == HASH_RECHECK || m->hash_state == HASH_MISSING_RECHECK);
 }
 
 /* Detached: a stopping worker does not wait for a large file to be read.
@@ -392,6 +409,8 @@ static void *hasher_thread(void *arg)
             else if (!quiet)
                 log_info("%s: sha256 %.12s... (%llu MiB in %lld ms)%s", name, sha, (unsigned long long)(bytes >> 20),
                          (long long)(mono_ms() - t0), again ? ", the file changed" : "");
+            /* The pinned file, checked: peers that lack it may fetch it here. */
+            if (!rc && !strcasecmp(m->pinned_sha256, sha)) files_add_held(&w->files, sha, file, bytes);
         }
         pthread_mutex_unlock(&w->mu);
     }

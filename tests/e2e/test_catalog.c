@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -159,7 +160,7 @@ static int log_count(h_proc *proc, const char *text)
     return n;
 }
 
-/* The "catalog" states a node shows in GET /v1/nodes, as "alpha=loaded,beta=missing". */
+/* The "catalog" states a node shows in GET /v1/nodes, as "alpha=loaded,beta=fetching". */
 static void node_catalog(h_pool *p, const char *name, char *out, size_t len, char *mismatches, size_t mlen)
 {
     h_resp r;
@@ -189,7 +190,9 @@ static void mismatched_file_never_gets_work(void **state)
     wait_state(&f->p, "alpha", "w1", "loadable");
     wait_state(&f->p, "alpha", "w2", "mismatch");
     wait_state(&f->p, "beta", "w2", "mismatch");
-    wait_state(&f->p, "beta", "w1", "missing");
+    /* w1 lacks beta's file and asks its peers for it, but the one peer with
+     * a beta holds other bytes: it keeps trying. */
+    wait_state(&f->p, "beta", "w1", "fetching");
     assert_true(h_log_contains(w2, "is not the catalogue's file"));
 
     char st[200], mism[200];
@@ -197,7 +200,7 @@ static void mismatched_file_never_gets_work(void **state)
     assert_string_equal(st, "alpha=mismatch,beta=mismatch");
     assert_string_equal(mism, "alpha,beta");
     node_catalog(&f->p, "w1", st, sizeof st, mism, sizeof mism);
-    assert_string_equal(st, "alpha=loadable,beta=missing");
+    assert_string_equal(st, "alpha=loadable,beta=fetching");
     assert_string_equal(mism, "");
 
     h_resp r;
@@ -359,6 +362,54 @@ static void bad_catalogue_names_entry_and_field(void **state)
     assert_true(h_log_contains(s, "model 'gamma': 'sha256' must be 64 hex digits"));
 }
 
+static int file_has_sha(void *arg)
+{
+    const char **pair = arg;
+    char sha[65];
+    return sha256_file_hex(pair[0], sha) == 0 && !strcmp(sha, pair[1]);
+}
+
+/* A catalogue model whose file one node lacks comes to it from the node
+ * that has it: w2 starts "fetching", downloads and checks the file, and
+ * then serves the model itself. */
+static void missing_file_is_fetched_from_a_peer(void **state)
+{
+    fixture *f = *state;
+    char dir[500], path[600], cat[500], args[1200];
+    snprintf(dir, sizeof dir, "%s/w2-models", f->p.dir);
+    assert_int_equal(mkdir(dir, 0755), 0);
+    snprintf(path, sizeof path, "%s/gamma.gguf", dir);
+    snprintf(cat, sizeof cat, "%s/fetch-catalog.json", f->p.dir);
+    FILE *fp = fopen(cat, "w");
+    assert_non_null(fp);
+    fprintf(fp,
+            "{\"models\":[{\"name\":\"gamma\",\"gguf\":\"%s\",\"sha256\":\"%s\",\"ctx\":512,"
+            "\"nodes\":{\"w2\":{\"gguf\":\"%s\"}}}]}\n",
+            f->alpha, f->sha_alpha, path);
+    fclose(fp);
+    snprintf(args, sizeof args, "--catalog %s --heartbeat-ms 300", cat);
+    h_start_coordinator(&f->p, args);
+    start_worker(f, "w1", "RTX%203060:12:8", "--engine none");
+    h_proc *w2 = start_worker(f, "w2", "RTX%204090:24:22", "--engine none");
+    wait_state(&f->p, "gamma", "w1", "loadable");
+    wait_state(&f->p, "gamma", "w2", "loadable");
+    const char *pair[] = {path, f->sha_alpha};
+    assert_true(h_wait_until(file_has_sha, pair, 5000));
+    assert_true(h_log_contains(w2, "sha256 verified"));
+    /* With w1 drained, w2 serves it from its own copy. */
+    char drain[600];
+    snprintf(drain, sizeof drain, "drain w1 --coordinator %s", f->p.base);
+    h_proc *c = h_run_cli(&f->p, "cli", drain);
+    assert_int_equal(h_wait_exit(c, 10000), 0);
+    h_resp r;
+    assert_int_equal(chat(&f->p, "gamma", &r), 200);
+    char node[64], w2_id[64];
+    assert_non_null(h_header(&r, "X-Gpupool-Node", node, sizeof node));
+    h_node_field(&f->p, "name", "w2", "id", w2_id, sizeof w2_id);
+    assert_string_equal(node, w2_id);
+    h_resp_free(&r);
+}
+
 int main(void)
 {
     h_apply_filter();
@@ -366,6 +417,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(mismatched_file_never_gets_work, setup, teardown),
         cmocka_unit_test_setup_teardown(changed_entry_is_taken_up, setup, teardown),
         cmocka_unit_test_setup_teardown(bad_catalogue_names_entry_and_field, setup, teardown),
+        cmocka_unit_test_setup_teardown(missing_file_is_fetched_from_a_peer, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
