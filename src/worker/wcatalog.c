@@ -162,8 +162,9 @@ static void note_made(wcatalog *c, const char *name, const char *spec)
 {
     if (c->nmade >= WCAT_MAX) return;
     wcat_made *md = &c->made[c->nmade++];
-    snprintf(md->name, sizeof md->name, "%s", name);
-    snprintf(md->spec, sizeof md->spec, "%s", spec);
+    /* Names and specs were checked against these sizes when they were made. */
+    snprintf(md->name, sizeof md->name, "%.127s", name);
+    snprintf(md->spec, sizeof md->spec, "%.1399s", spec);
     md->pending = 0;
 }
 
