@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "store/sqlite_int.h"
 #include "util/err.h"
 
 const char STORE_AUDIT_SCHEMA[] =
@@ -69,11 +70,6 @@ void audit_db_close(audit_db *a)
     free(a);
 }
 
-static void bt(sqlite3_stmt *st, int i, const char *v)
-{
-    if (v) sqlite3_bind_text(st, i, v, -1, SQLITE_STATIC);
-    else sqlite3_bind_null(st, i);
-}
 
 int audit_db_insert(audit_db *a, const audit_entry *const *e, int n)
 {
@@ -82,18 +78,18 @@ int audit_db_insert(audit_db *a, const audit_entry *const *e, int n)
     sqlite3_exec(a->db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
     for (int i = 0; i < n; i++) {
         sqlite3_stmt *st = a->insert;
-        bt(st, 1, e[i]->request_id);
+        store_bind_text(st, 1, e[i]->request_id);
         sqlite3_bind_int64(st, 2, e[i]->ts_ms);
-        bt(st, 3, e[i]->method);
-        bt(st, 4, e[i]->path);
+        store_bind_text(st, 3, e[i]->method);
+        store_bind_text(st, 4, e[i]->path);
         sqlite3_bind_int(st, 5, e[i]->status);
         sqlite3_bind_int64(st, 6, e[i]->duration_us);
-        bt(st, 7, e[i]->owner ? e[i]->owner : "");
-        bt(st, 8, e[i]->task_id && *e[i]->task_id ? e[i]->task_id : NULL);
-        bt(st, 9, e[i]->request_body);
-        bt(st, 10, e[i]->response_body);
+        store_bind_text(st, 7, e[i]->owner ? e[i]->owner : "");
+        store_bind_text(st, 8, e[i]->task_id && *e[i]->task_id ? e[i]->task_id : NULL);
+        store_bind_text(st, 9, e[i]->request_body);
+        store_bind_text(st, 10, e[i]->response_body);
         sqlite3_bind_int(st, 11, e[i]->truncated);
-        bt(st, 12, e[i]->route_json);
+        store_bind_text(st, 12, e[i]->route_json);
         if (sqlite3_step(st) != SQLITE_DONE) bad++;
         sqlite3_reset(st);
         sqlite3_clear_bindings(st);
@@ -114,8 +110,8 @@ int audit_db_set_response(audit_db *a, const char *request_id, const char *body,
                                 " duration_us=MAX(duration_us,?4) WHERE rowid=(SELECT MAX(rowid) FROM audit"
                                 " WHERE request_id=?1)", -1, &st, NULL);
     if (rc == SQLITE_OK) {
-        bt(st, 1, request_id);
-        bt(st, 2, body);
+        store_bind_text(st, 1, request_id);
+        store_bind_text(st, 2, body);
         sqlite3_bind_int(st, 3, truncated);
         sqlite3_bind_int64(st, 4, duration_us);
         rc = sqlite3_step(st) == SQLITE_DONE ? SQLITE_OK : SQLITE_ERROR;
@@ -165,8 +161,8 @@ json_t *audit_db_query(audit_db *a, const audit_query *q)
     sqlite3_stmt *st = NULL;
     json_t *out = NULL;
     if (sqlite3_prepare_v2(a->db, sql, -1, &st, NULL) == SQLITE_OK) {
-        bt(st, 1, q->request_id);
-        bt(st, 2, q->task_id);
+        store_bind_text(st, 1, q->request_id);
+        store_bind_text(st, 2, q->task_id);
         sqlite3_bind_int64(st, 3, q->since_ms);
         sqlite3_bind_int(st, 4, q->limit > 0 ? q->limit : 100);
         out = json_array();

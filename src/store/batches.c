@@ -13,33 +13,8 @@
 
 static const char *const STATUS[5] = {"queued", "running", "succeeded", "failed", "canceled"};
 
-static void bt(sqlite3_stmt *st, int i, const char *v)
-{
-    if (v) sqlite3_bind_text(st, i, v, -1, SQLITE_STATIC);
-    else sqlite3_bind_null(st, i);
-}
 
-static sqlite3_stmt *prep(store *s, sqlite3 *db, const char *sql)
-{
-    sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
-        store_db_err(s, "prepare a batch statement");
-        sqlite3_finalize(st);
-        return NULL;
-    }
-    return st;
-}
 
-/* Runs a statement to completion and finalizes it. */
-static int run_fin(store *s, sqlite3_stmt *st, const char *what)
-{
-    if (!st) return STORE_ERR;
-    int r;
-    while ((r = sqlite3_step(st)) == SQLITE_ROW) {}
-    int rc = r == SQLITE_DONE ? STORE_OK : store_db_err(s, what);
-    sqlite3_finalize(st);
-    return rc;
-}
 
 static int exec(store *s, sqlite3 *db, const char *sql, const char *what)
 {
@@ -56,9 +31,9 @@ static int end_tx(store *s, sqlite3 *db, int rc)
 
 static int idem_check(store *s, sqlite3 *db, const batch_new *b, char existing_id[64])
 {
-    sqlite3_stmt *st = prep(s, db, "SELECT id, body_hash FROM batches WHERE idem_key=?1");
+    sqlite3_stmt *st = store_prepare(s, db, "SELECT id, body_hash FROM batches WHERE idem_key=?1");
     if (!st) return STORE_ERR;
-    bt(st, 1, b->idem_key);
+    store_bind_text(st, 1, b->idem_key);
     int r = sqlite3_step(st), rc = STORE_OK;
     if (r == SQLITE_ROW) {
         const char *hash = (const char *)sqlite3_column_text(st, 1);
@@ -73,7 +48,7 @@ static int idem_check(store *s, sqlite3 *db, const batch_new *b, char existing_i
 
 static int insert_items(store *s, sqlite3 *db, const batch_new *b)
 {
-    sqlite3_stmt *st = prep(s, db, STORE_TASK_INSERT_SQL);
+    sqlite3_stmt *st = store_prepare(s, db, STORE_TASK_INSERT_SQL);
     if (!st) return STORE_ERR;
     int rc = STORE_OK;
     for (int i = 0; i < b->n && rc == STORE_OK; i++) {
@@ -94,20 +69,20 @@ int store_batch_insert(store *s, const batch_new *b, char existing_id[64])
     int rc = exec(s, db, "BEGIN IMMEDIATE", "begin transaction");
     if (rc == STORE_OK && b->idem_key) rc = idem_check(s, db, b, existing_id);
     if (rc == STORE_OK) {
-        sqlite3_stmt *st = prep(s, db, "INSERT INTO batches(id,type,model,priority,total,idem_key,body_hash,owner,"
+        sqlite3_stmt *st = store_prepare(s, db, "INSERT INTO batches(id,type,model,priority,total,idem_key,body_hash,owner,"
                                        "created_ms) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9)");
         if (st) {
-            bt(st, 1, b->id);
-            bt(st, 2, b->type);
-            bt(st, 3, b->model ? b->model : "");
+            store_bind_text(st, 1, b->id);
+            store_bind_text(st, 2, b->type);
+            store_bind_text(st, 3, b->model ? b->model : "");
             sqlite3_bind_int(st, 4, b->priority);
             sqlite3_bind_int(st, 5, b->n);
-            bt(st, 6, b->idem_key);
-            bt(st, 7, b->body_hash);
-            bt(st, 8, b->owner ? b->owner : "");
+            store_bind_text(st, 6, b->idem_key);
+            store_bind_text(st, 7, b->body_hash);
+            store_bind_text(st, 8, b->owner ? b->owner : "");
             sqlite3_bind_int64(st, 9, b->created_ms);
         }
-        rc = run_fin(s, st, "insert batch");
+        rc = store_step_done(s, st, "insert batch");
     }
     if (rc == STORE_OK) rc = insert_items(s, db, b);
     if (rc == STORE_OK || rc == STORE_ERR) rc = end_tx(s, db, rc);
@@ -133,10 +108,10 @@ static void row_to_batch(sqlite3_stmt *st, batch_rec *b)
 /* The items' counts and times, with the lock held. */
 static int batch_progress(store *s, sqlite3 *db, batch_rec *b)
 {
-    sqlite3_stmt *st = prep(s, db, "SELECT status, count(*), min(NULLIF(started_ms,0)), max(finished_ms) "
+    sqlite3_stmt *st = store_prepare(s, db, "SELECT status, count(*), min(NULLIF(started_ms,0)), max(finished_ms) "
                                    "FROM tasks WHERE batch_id=?1 GROUP BY status");
     if (!st) return STORE_ERR;
-    bt(st, 1, b->id);
+    store_bind_text(st, 1, b->id);
     int r;
     while ((r = sqlite3_step(st)) == SQLITE_ROW) {
         const char *status = (const char *)sqlite3_column_text(st, 0);
@@ -157,10 +132,10 @@ int store_batch_get(store *s, const char *id, batch_rec *out)
     memset(out, 0, sizeof *out);
     if (!id) return STORE_NOT_FOUND;
     sqlite3 *db = store_db_lock(s);
-    sqlite3_stmt *st = prep(s, db, BATCH_COLS "WHERE id=?1");
+    sqlite3_stmt *st = store_prepare(s, db, BATCH_COLS "WHERE id=?1");
     int rc = STORE_ERR;
     if (st) {
-        bt(st, 1, id);
+        store_bind_text(st, 1, id);
         int r = sqlite3_step(st);
         if (r == SQLITE_ROW) { row_to_batch(st, out); rc = STORE_OK; }
         else if (r == SQLITE_DONE) rc = STORE_NOT_FOUND;
@@ -176,7 +151,7 @@ int store_batch_list(store *s, batch_rec *out, int max)
 {
     if (!s || !out || max < 1) return s ? 0 : STORE_ERR;
     sqlite3 *db = store_db_lock(s);
-    sqlite3_stmt *st = prep(s, db, BATCH_COLS "ORDER BY created_ms DESC, rowid DESC LIMIT ?1");
+    sqlite3_stmt *st = store_prepare(s, db, BATCH_COLS "ORDER BY created_ms DESC, rowid DESC LIMIT ?1");
     int n = STORE_ERR;
     if (st) {
         sqlite3_bind_int(st, 1, max);
@@ -204,11 +179,11 @@ json_t *store_batch_items(store *s, const char *id)
     json_t *arr = json_array();
     if (!arr || !id) return arr;
     sqlite3 *db = store_db_lock(s);
-    sqlite3_stmt *st = prep(s, db, "SELECT batch_index,custom_id,id,status,result_json,error_code,error_message,attempts "
+    sqlite3_stmt *st = store_prepare(s, db, "SELECT batch_index,custom_id,id,status,result_json,error_code,error_message,attempts "
                                    "FROM tasks WHERE batch_id=?1 ORDER BY batch_index");
     int r = SQLITE_ERROR;
     if (st) {
-        bt(st, 1, id);
+        store_bind_text(st, 1, id);
         while ((r = sqlite3_step(st)) == SQLITE_ROW) {
             json_t *it = json_object();
             json_object_set_new(it, "index", json_integer(sqlite3_column_int(st, 0)));
@@ -253,11 +228,11 @@ int store_batch_cancel(store *s, const char *id, int64_t now_ms, json_t **runnin
     json_t *ids = json_array();
     int rc = exec(s, db, "BEGIN IMMEDIATE", "begin transaction");
     if (rc == STORE_OK) {
-        sqlite3_stmt *st = prep(s, db, "SELECT cancelled_ms, (SELECT count(*) FROM tasks WHERE batch_id=?1 AND "
+        sqlite3_stmt *st = store_prepare(s, db, "SELECT cancelled_ms, (SELECT count(*) FROM tasks WHERE batch_id=?1 AND "
                                        "status IN ('queued','running')) FROM batches WHERE id=?1");
         rc = STORE_ERR;
         if (st) {
-            bt(st, 1, id);
+            store_bind_text(st, 1, id);
             int r = sqlite3_step(st);
             if (r == SQLITE_ROW)
                 rc = sqlite3_column_int64(st, 0) || !sqlite3_column_int64(st, 1) ? STORE_STALE : STORE_OK;
@@ -267,10 +242,10 @@ int store_batch_cancel(store *s, const char *id, int64_t now_ms, json_t **runnin
         }
     }
     if (rc == STORE_OK) {
-        sqlite3_stmt *st = prep(s, db, "SELECT id FROM tasks WHERE batch_id=?1 AND status='running'");
+        sqlite3_stmt *st = store_prepare(s, db, "SELECT id FROM tasks WHERE batch_id=?1 AND status='running'");
         rc = STORE_ERR;
         if (st) {
-            bt(st, 1, id);
+            store_bind_text(st, 1, id);
             int r;
             while ((r = sqlite3_step(st)) == SQLITE_ROW)
                 json_array_append_new(ids, json_string((const char *)sqlite3_column_text(st, 0)));
@@ -279,22 +254,22 @@ int store_batch_cancel(store *s, const char *id, int64_t now_ms, json_t **runnin
         }
     }
     if (rc == STORE_OK) {
-        sqlite3_stmt *st = prep(s, db, "UPDATE attempts SET ended_ms=?2, outcome='canceled', "
+        sqlite3_stmt *st = store_prepare(s, db, "UPDATE attempts SET ended_ms=?2, outcome='canceled', "
                                        "message='the batch was cancelled' WHERE outcome IS NULL AND task_id IN "
                                        "(SELECT id FROM tasks WHERE batch_id=?1 AND status='running')");
-        if (st) { bt(st, 1, id); sqlite3_bind_int64(st, 2, now_ms); }
-        rc = run_fin(s, st, "close a batch's attempts");
+        if (st) { store_bind_text(st, 1, id); sqlite3_bind_int64(st, 2, now_ms); }
+        rc = store_step_done(s, st, "close a batch's attempts");
     }
     if (rc == STORE_OK) {
-        sqlite3_stmt *st = prep(s, db, "UPDATE tasks SET status='canceled', finished_ms=?2 "
+        sqlite3_stmt *st = store_prepare(s, db, "UPDATE tasks SET status='canceled', finished_ms=?2 "
                                        "WHERE batch_id=?1 AND status IN ('queued','running')");
-        if (st) { bt(st, 1, id); sqlite3_bind_int64(st, 2, now_ms); }
-        rc = run_fin(s, st, "cancel a batch's items");
+        if (st) { store_bind_text(st, 1, id); sqlite3_bind_int64(st, 2, now_ms); }
+        rc = store_step_done(s, st, "cancel a batch's items");
     }
     if (rc == STORE_OK) {
-        sqlite3_stmt *st = prep(s, db, "UPDATE batches SET cancelled_ms=?2 WHERE id=?1");
-        if (st) { bt(st, 1, id); sqlite3_bind_int64(st, 2, now_ms); }
-        rc = run_fin(s, st, "cancel batch");
+        sqlite3_stmt *st = store_prepare(s, db, "UPDATE batches SET cancelled_ms=?2 WHERE id=?1");
+        if (st) { store_bind_text(st, 1, id); sqlite3_bind_int64(st, 2, now_ms); }
+        rc = store_step_done(s, st, "cancel batch");
     }
     if (rc == STORE_OK || rc == STORE_ERR) rc = end_tx(s, db, rc);
     else sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);

@@ -49,22 +49,7 @@ const char STORE_RUNS_SCHEMA[] =
     " finished_ms INTEGER NOT NULL DEFAULT 0,"
     " PRIMARY KEY(run_id, idx));";
 
-static sqlite3_stmt *prep(store *s, sqlite3 *db, const char *sql)
-{
-    sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
-        store_db_err(s, "prepare a run statement");
-        sqlite3_finalize(st);
-        return NULL;
-    }
-    return st;
-}
 
-static void bt(sqlite3_stmt *st, int i, const char *v)
-{
-    if (v) sqlite3_bind_text(st, i, v, -1, SQLITE_TRANSIENT);
-    else sqlite3_bind_null(st, i);
-}
 
 static int step_done(store *s, sqlite3_stmt *st, const char *what)
 {
@@ -80,18 +65,18 @@ int store_run_insert(store *s, const run_new *r)
     int rc = sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK ? STORE_OK
                                                                                 : store_db_err(s, "begin a run");
     sqlite3_stmt *st = rc ? NULL
-                          : prep(s, db,
+                          : store_prepare(s, db,
                                  "INSERT INTO runs(id,kind,name,status,def_json,input_json,sensitivity,route_rule,owner,"
                                  "priority,created_ms) VALUES(?1,?2,?3,'queued',?4,?5,?6,?7,?8,?9,?10)");
     if (st) {
-        bt(st, 1, r->id);
-        bt(st, 2, r->kind);
-        bt(st, 3, r->name);
-        bt(st, 4, r->def_json);
-        bt(st, 5, r->input_json);
-        bt(st, 6, r->sensitivity ? r->sensitivity : "normal");
-        bt(st, 7, r->route_rule);
-        bt(st, 8, r->owner ? r->owner : "");
+        store_bind_text(st, 1, r->id);
+        store_bind_text(st, 2, r->kind);
+        store_bind_text(st, 3, r->name);
+        store_bind_text(st, 4, r->def_json);
+        store_bind_text(st, 5, r->input_json);
+        store_bind_text(st, 6, r->sensitivity ? r->sensitivity : "normal");
+        store_bind_text(st, 7, r->route_rule);
+        store_bind_text(st, 8, r->owner ? r->owner : "");
         sqlite3_bind_int(st, 9, r->priority);
         sqlite3_bind_int64(st, 10, r->created_ms);
         rc = step_done(s, st, "insert a run");
@@ -99,12 +84,12 @@ int store_run_insert(store *s, const run_new *r)
         rc = STORE_ERR;
     }
     for (int i = 0; i < r->n_stages && rc == STORE_OK; i++) {
-        st = prep(s, db, "INSERT INTO run_stages(run_id,idx,name,model) VALUES(?1,?2,?3,?4)");
+        st = store_prepare(s, db, "INSERT INTO run_stages(run_id,idx,name,model) VALUES(?1,?2,?3,?4)");
         if (!st) { rc = STORE_ERR; break; }
-        bt(st, 1, r->id);
+        store_bind_text(st, 1, r->id);
         sqlite3_bind_int(st, 2, i);
-        bt(st, 3, r->stage_names[i]);
-        bt(st, 4, r->stage_models[i]);
+        store_bind_text(st, 3, r->stage_names[i]);
+        store_bind_text(st, 4, r->stage_models[i]);
         rc = step_done(s, st, "insert a run stage");
     }
     if (rc == STORE_OK && sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) rc = store_db_err(s, "commit a run");
@@ -144,18 +129,18 @@ int store_run_get(store *s, const char *id, json_t **out)
     *out = NULL;
     sqlite3 *db = store_db_lock(s);
     int rc = STORE_ERR;
-    sqlite3_stmt *st = prep(s, db, "SELECT * FROM runs WHERE id=?1");
+    sqlite3_stmt *st = store_prepare(s, db, "SELECT * FROM runs WHERE id=?1");
     if (!st) goto out;
-    bt(st, 1, id);
+    store_bind_text(st, 1, id);
     int r = sqlite3_step(st);
     if (r == SQLITE_ROW) *out = row_json(st);
     rc = r == SQLITE_ROW ? STORE_OK : r == SQLITE_DONE ? STORE_NOT_FOUND : store_db_err(s, "read a run");
     sqlite3_finalize(st);
     if (rc != STORE_OK) goto out;
-    st = prep(s, db, "SELECT idx AS \"index\",name,model,status,task_id,tries,request_json,output_json,raw_text,"
+    st = store_prepare(s, db, "SELECT idx AS \"index\",name,model,status,task_id,tries,request_json,output_json,raw_text,"
                      "error_json,node,attempts_json,started_ms,finished_ms FROM run_stages WHERE run_id=?1 ORDER BY idx");
     if (!st) { rc = STORE_ERR; goto out; }
-    bt(st, 1, id);
+    store_bind_text(st, 1, id);
     json_t *stages = json_array();
     while ((r = sqlite3_step(st)) == SQLITE_ROW) json_array_append_new(stages, row_json(st));
     json_object_set_new(*out, "stages", stages);
@@ -174,7 +159,7 @@ int store_run_active(store *s, char (*ids)[64], int max)
 {
     sqlite3 *db = store_db_lock(s);
     int n = 0;
-    sqlite3_stmt *st = prep(s, db, "SELECT id FROM runs WHERE status IN ('queued','running') ORDER BY created_ms LIMIT ?1");
+    sqlite3_stmt *st = store_prepare(s, db, "SELECT id FROM runs WHERE status IN ('queued','running') ORDER BY created_ms LIMIT ?1");
     if (st) {
         sqlite3_bind_int(st, 1, max);
         while (n < max && sqlite3_step(st) == SQLITE_ROW)
@@ -216,7 +201,7 @@ static int set_cols(store *s, const char *table, const char *const *cols, const 
                      : " WHERE run_id=?%d AND idx=?%d AND (SELECT status FROM runs WHERE id=run_id) IN ('queued','running')",
              k + 1, k + 2);
     sqlite3 *db = store_db_lock(s);
-    sqlite3_stmt *st = prep(s, db, sql);
+    sqlite3_stmt *st = store_prepare(s, db, sql);
     int rc = STORE_ERR;
     if (st) {
         for (int i = 0; i < k; i++) {
@@ -231,9 +216,9 @@ static int set_cols(store *s, const char *table, const char *const *cols, const 
                 sqlite3_bind_text(st, i + 1, t ? t : "null", -1, SQLITE_TRANSIENT);
                 free(t);
             } else if (json_is_integer(v)) sqlite3_bind_int64(st, i + 1, json_integer_value(v));
-            else bt(st, i + 1, json_string_value(v));
+            else store_bind_text(st, i + 1, json_string_value(v));
         }
-        bt(st, k + 1, id);
+        store_bind_text(st, k + 1, id);
         if (idx >= 0) sqlite3_bind_int(st, k + 2, idx);
         rc = step_done(s, st, "update a run");
         if (rc == STORE_OK && sqlite3_changes(db) == 0) rc = STORE_STALE;
@@ -255,9 +240,9 @@ int store_run_cancel(store *s, const char *id, int64_t now_ms, char task_id[64])
     sqlite3 *db = store_db_lock(s);
     int rc = sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK ? STORE_OK
                                                                                 : store_db_err(s, "begin a cancel");
-    sqlite3_stmt *st = rc ? NULL : prep(s, db, "SELECT status FROM runs WHERE id=?1");
+    sqlite3_stmt *st = rc ? NULL : store_prepare(s, db, "SELECT status FROM runs WHERE id=?1");
     if (st) {
-        bt(st, 1, id);
+        store_bind_text(st, 1, id);
         int r = sqlite3_step(st);
         const char *status = r == SQLITE_ROW ? (const char *)sqlite3_column_text(st, 0) : NULL;
         rc = r == SQLITE_DONE ? STORE_NOT_FOUND
@@ -268,22 +253,22 @@ int store_run_cancel(store *s, const char *id, int64_t now_ms, char task_id[64])
     } else if (!rc) {
         rc = STORE_ERR;
     }
-    if (rc == STORE_OK && (st = prep(s, db, "SELECT task_id FROM run_stages WHERE run_id=?1 AND status='running'"))) {
-        bt(st, 1, id);
+    if (rc == STORE_OK && (st = store_prepare(s, db, "SELECT task_id FROM run_stages WHERE run_id=?1 AND status='running'"))) {
+        store_bind_text(st, 1, id);
         if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0))
             snprintf(task_id, 64, "%s", (const char *)sqlite3_column_text(st, 0));
         sqlite3_finalize(st);
     }
-    if (rc == STORE_OK && (st = prep(s, db, "UPDATE run_stages SET status='canceled', finished_ms=?2 "
+    if (rc == STORE_OK && (st = store_prepare(s, db, "UPDATE run_stages SET status='canceled', finished_ms=?2 "
                                             "WHERE run_id=?1 AND status IN ('pending','running')"))) {
-        bt(st, 1, id);
+        store_bind_text(st, 1, id);
         sqlite3_bind_int64(st, 2, now_ms);
         rc = step_done(s, st, "cancel run stages");
     }
-    if (rc == STORE_OK && (st = prep(s, db, "UPDATE runs SET status='canceled', finished_ms=?2, "
+    if (rc == STORE_OK && (st = store_prepare(s, db, "UPDATE runs SET status='canceled', finished_ms=?2, "
                                             "error_json='{\"code\":\"canceled\",\"message\":\"canceled by a user\"}' "
                                             "WHERE id=?1"))) {
-        bt(st, 1, id);
+        store_bind_text(st, 1, id);
         sqlite3_bind_int64(st, 2, now_ms);
         rc = step_done(s, st, "cancel a run");
     }

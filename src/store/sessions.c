@@ -12,32 +12,8 @@
 #include "store/sqlite_int.h"
 #include "store/store.h"
 
-static void bt(sqlite3_stmt *st, int i, const char *v)
-{
-    if (v) sqlite3_bind_text(st, i, v, -1, SQLITE_TRANSIENT);
-    else sqlite3_bind_null(st, i);
-}
 
-static sqlite3_stmt *prep(store *s, sqlite3 *db, const char *sql)
-{
-    sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
-        store_db_err(s, "prepare a session statement");
-        sqlite3_finalize(st);
-        return NULL;
-    }
-    return st;
-}
 
-static int run_fin(store *s, sqlite3_stmt *st, const char *what)
-{
-    if (!st) return STORE_ERR;
-    int r;
-    while ((r = sqlite3_step(st)) == SQLITE_ROW) {}
-    int rc = r == SQLITE_DONE ? STORE_OK : store_db_err(s, what);
-    sqlite3_finalize(st);
-    return rc;
-}
 
 static const char *col(sqlite3_stmt *st, int i)
 {
@@ -56,11 +32,11 @@ void session_rec_free(session_rec *r)
 
 static int read_messages(store *s, sqlite3 *db, session_rec *out)
 {
-    sqlite3_stmt *st = prep(s, db, "SELECT seq, message_json FROM session_messages WHERE owner=?1 AND "
+    sqlite3_stmt *st = store_prepare(s, db, "SELECT seq, message_json FROM session_messages WHERE owner=?1 AND "
                                    "session_id=?2 ORDER BY seq");
     if (!st) return STORE_ERR;
-    bt(st, 1, out->owner);
-    bt(st, 2, out->id);
+    store_bind_text(st, 1, out->owner);
+    store_bind_text(st, 2, out->id);
     int r, first = 1;
     while ((r = sqlite3_step(st)) == SQLITE_ROW) {
         if (first) out->first_seq = sqlite3_column_int64(st, 0);
@@ -78,12 +54,12 @@ int store_session_get(store *s, const char *owner, const char *id, int64_t now_m
 {
     memset(out, 0, sizeof *out);
     sqlite3 *db = store_db_lock(s);
-    sqlite3_stmt *st = prep(s, db, "SELECT model, system_json, summary, is_private, private_rule, next_seq,"
+    sqlite3_stmt *st = store_prepare(s, db, "SELECT model, system_json, summary, is_private, private_rule, next_seq,"
                                    " created_ms, updated_ms, expires_ms FROM sessions WHERE owner=?1 AND id=?2");
     int rc = STORE_ERR;
     if (!st) goto out;
-    bt(st, 1, owner);
-    bt(st, 2, id);
+    store_bind_text(st, 1, owner);
+    store_bind_text(st, 2, id);
     int r = sqlite3_step(st);
     if (r == SQLITE_DONE) rc = STORE_NOT_FOUND;
     else if (r != SQLITE_ROW) rc = store_db_err(s, "read a session");
@@ -123,17 +99,17 @@ static char *dump_or_null(const json_t *j)
 static int write_tx(store *s, sqlite3 *db, const session_write *w)
 {
     /* An expired session that was not swept yet is gone: a new one starts. */
-    sqlite3_stmt *gone = prep(s, db, "DELETE FROM sessions WHERE owner=?1 AND id=?2 AND expires_ms>0 AND expires_ms<=?3");
+    sqlite3_stmt *gone = store_prepare(s, db, "DELETE FROM sessions WHERE owner=?1 AND id=?2 AND expires_ms>0 AND expires_ms<=?3");
     if (gone) {
-        bt(gone, 1, w->owner);
-        bt(gone, 2, w->id);
+        store_bind_text(gone, 1, w->owner);
+        store_bind_text(gone, 2, w->id);
         sqlite3_bind_int64(gone, 3, w->now_ms);
     }
-    if (run_fin(s, gone, "expire a session") != STORE_OK) return STORE_ERR;
+    if (store_step_done(s, gone, "expire a session") != STORE_OK) return STORE_ERR;
     char *system = dump_or_null(w->system);
     int64_t expires = w->ttl_ms > 0 ? w->now_ms + w->ttl_ms : 0;
     /* Privacy only goes up, and its first rule stays. */
-    sqlite3_stmt *st = prep(s, db,
+    sqlite3_stmt *st = store_prepare(s, db,
                             "INSERT INTO sessions(owner,id,model,system_json,summary,is_private,private_rule,"
                             "created_ms,updated_ms,expires_ms) VALUES(?1,?2,?3,COALESCE(?4,'[]'),?5,?6,"
                             "CASE WHEN ?6 THEN ?7 END,?8,?8,?9) ON CONFLICT(owner,id) DO UPDATE SET "
@@ -142,50 +118,50 @@ static int write_tx(store *s, sqlite3 *db, const session_write *w)
                             "WHEN ?6 THEN ?7 END, is_private=MAX(is_private,?6), updated_ms=?8, expires_ms=?9");
     int rc = STORE_ERR;
     if (st) {
-        bt(st, 1, w->owner);
-        bt(st, 2, w->id);
-        bt(st, 3, w->model ? w->model : "");
-        bt(st, 4, system);
-        bt(st, 5, w->summary);
+        store_bind_text(st, 1, w->owner);
+        store_bind_text(st, 2, w->id);
+        store_bind_text(st, 3, w->model ? w->model : "");
+        store_bind_text(st, 4, system);
+        store_bind_text(st, 5, w->summary);
         sqlite3_bind_int(st, 6, w->is_private ? 1 : 0);
-        bt(st, 7, w->private_rule ? w->private_rule : "");
+        store_bind_text(st, 7, w->private_rule ? w->private_rule : "");
         sqlite3_bind_int64(st, 8, w->now_ms);
         sqlite3_bind_int64(st, 9, expires);
-        rc = run_fin(s, st, "write a session");
+        rc = store_step_done(s, st, "write a session");
     }
     free(system);
     if (rc == STORE_OK && w->drop_before_seq > 0) {
-        st = prep(s, db, "DELETE FROM session_messages WHERE owner=?1 AND session_id=?2 AND seq<?3");
+        st = store_prepare(s, db, "DELETE FROM session_messages WHERE owner=?1 AND session_id=?2 AND seq<?3");
         if (st) {
-            bt(st, 1, w->owner);
-            bt(st, 2, w->id);
+            store_bind_text(st, 1, w->owner);
+            store_bind_text(st, 2, w->id);
             sqlite3_bind_int64(st, 3, w->drop_before_seq);
         }
-        rc = run_fin(s, st, "drop a session's oldest messages");
+        rc = store_step_done(s, st, "drop a session's oldest messages");
     }
     size_t i;
     json_t *m;
     json_array_foreach(w->append, i, m) {
         if (rc != STORE_OK) break;
         char *text = json_dumps(m, JSON_COMPACT);
-        st = text ? prep(s, db,
+        st = text ? store_prepare(s, db,
                          "INSERT INTO session_messages(owner,session_id,seq,message_json) SELECT ?1,?2,next_seq,?3 "
                          "FROM sessions WHERE owner=?1 AND id=?2")
                   : NULL;
         if (st) {
-            bt(st, 1, w->owner);
-            bt(st, 2, w->id);
-            bt(st, 3, text);
+            store_bind_text(st, 1, w->owner);
+            store_bind_text(st, 2, w->id);
+            store_bind_text(st, 3, text);
         }
-        rc = run_fin(s, st, "append a session message");
+        rc = store_step_done(s, st, "append a session message");
         free(text);
         if (rc != STORE_OK) break;
-        st = prep(s, db, "UPDATE sessions SET next_seq=next_seq+1 WHERE owner=?1 AND id=?2");
+        st = store_prepare(s, db, "UPDATE sessions SET next_seq=next_seq+1 WHERE owner=?1 AND id=?2");
         if (st) {
-            bt(st, 1, w->owner);
-            bt(st, 2, w->id);
+            store_bind_text(st, 1, w->owner);
+            store_bind_text(st, 2, w->id);
         }
-        rc = run_fin(s, st, "number a session message");
+        rc = store_step_done(s, st, "number a session message");
     }
     return rc;
 }
@@ -205,12 +181,12 @@ int store_session_write(store *s, const session_write *w)
 int store_session_delete(store *s, const char *owner, const char *id)
 {
     sqlite3 *db = store_db_lock(s);
-    sqlite3_stmt *st = prep(s, db, "DELETE FROM sessions WHERE owner=?1 AND id=?2");
+    sqlite3_stmt *st = store_prepare(s, db, "DELETE FROM sessions WHERE owner=?1 AND id=?2");
     if (st) {
-        bt(st, 1, owner);
-        bt(st, 2, id);
+        store_bind_text(st, 1, owner);
+        store_bind_text(st, 2, id);
     }
-    int rc = run_fin(s, st, "delete a session");
+    int rc = store_step_done(s, st, "delete a session");
     if (rc == STORE_OK && sqlite3_changes(db) == 0) rc = STORE_NOT_FOUND;
     store_db_unlock(s);
     return rc;
@@ -219,9 +195,9 @@ int store_session_delete(store *s, const char *owner, const char *id)
 long store_session_expire(store *s, int64_t now_ms)
 {
     sqlite3 *db = store_db_lock(s);
-    sqlite3_stmt *st = prep(s, db, "DELETE FROM sessions WHERE expires_ms > 0 AND expires_ms <= ?1");
+    sqlite3_stmt *st = store_prepare(s, db, "DELETE FROM sessions WHERE expires_ms > 0 AND expires_ms <= ?1");
     if (st) sqlite3_bind_int64(st, 1, now_ms);
-    long n = run_fin(s, st, "expire sessions") == STORE_OK ? (long)sqlite3_changes(db) : -1;
+    long n = store_step_done(s, st, "expire sessions") == STORE_OK ? (long)sqlite3_changes(db) : -1;
     store_db_unlock(s);
     return n;
 }

@@ -111,6 +111,33 @@ void store_db_unlock(store *s) {
     pthread_mutex_unlock(&s->mu);
 }
 
+void store_bind_text(sqlite3_stmt *st, int i, const char *v)
+{
+    if (v) sqlite3_bind_text(st, i, v, -1, SQLITE_TRANSIENT);
+    else sqlite3_bind_null(st, i);
+}
+
+sqlite3_stmt *store_prepare(store *s, sqlite3 *db, const char *sql)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
+        store_db_err(s, "prepare a statement");
+        sqlite3_finalize(st);
+        return NULL;
+    }
+    return st;
+}
+
+int store_step_done(store *s, sqlite3_stmt *st, const char *what)
+{
+    if (!st) return STORE_ERR;
+    int r;
+    while ((r = sqlite3_step(st)) == SQLITE_ROW) {}
+    int rc = r == SQLITE_DONE ? STORE_OK : store_db_err(s, what);
+    sqlite3_finalize(st);
+    return rc;
+}
+
 int store_db_err(store *s, const char *what) {
     return db_err(s, what);
 }
@@ -123,11 +150,6 @@ static sqlite3_stmt *ps(store *s, int k) {
     return st;
 }
 
-/* Binds text, or NULL when v is NULL.  Strings must outlive the step. */
-static void bt(sqlite3_stmt *st, int i, const char *v) {
-    if (v) sqlite3_bind_text(st, i, v, -1, SQLITE_STATIC);
-    else sqlite3_bind_null(st, i);
-}
 
 /* Steps a statement to completion, ignoring rows; resets it afterwards. */
 static int run_st(store *s, sqlite3_stmt *st, const char *what) {
@@ -172,7 +194,7 @@ static int end_tx(store *s, int rc) {
 /* Inside a transaction: a task's status index and attempt count. */
 static int task_state(store *s, const char *id, int *status, int *attempts) {
     sqlite3_stmt *st = ps(s, ST_STATE);
-    bt(st, 1, id);
+    store_bind_text(st, 1, id);
     int rc = sqlite3_step(st), out = STORE_OK;
     if (rc == SQLITE_ROW) {
         *status = status_index((const char *)sqlite3_column_text(st, 0));
@@ -190,11 +212,11 @@ static int task_state(store *s, const char *id, int *status, int *attempts) {
 static int end_attempt(store *s, const char *id, int attempt, int64_t ended,
                        const char *outcome, const char *message) {
     sqlite3_stmt *st = ps(s, ST_ATT_END);
-    bt(st, 1, id);
+    store_bind_text(st, 1, id);
     sqlite3_bind_int(st, 2, attempt);
     sqlite3_bind_int64(st, 3, ended);
-    bt(st, 4, outcome);
-    bt(st, 5, message);
+    store_bind_text(st, 4, outcome);
+    store_bind_text(st, 5, message);
     return run_st(s, st, "record attempt outcome");
 }
 
@@ -202,10 +224,10 @@ static int end_attempt(store *s, const char *id, int attempt, int64_t ended,
 static int close_open_attempts(store *s, const char *id, int64_t ended, const char *outcome,
                                const char *message) {
     sqlite3_stmt *st = ps(s, ST_ATT_CLOSE);
-    bt(st, 1, id);
+    store_bind_text(st, 1, id);
     sqlite3_bind_int64(st, 2, ended);
-    bt(st, 3, outcome);
-    bt(st, 4, message);
+    store_bind_text(st, 3, outcome);
+    store_bind_text(st, 4, message);
     return run_st(s, st, "close open attempts");
 }
 
@@ -349,24 +371,24 @@ const char *store_errmsg(store *s) {
 
 void store_bind_task(sqlite3_stmt *st, const task_new *t, const char *batch_id, int batch_index,
                      const char *custom_id) {
-    bt(st, 1, t->id);
-    bt(st, 2, t->type);
-    bt(st, 3, t->model);
+    store_bind_text(st, 1, t->id);
+    store_bind_text(st, 2, t->type);
+    store_bind_text(st, 3, t->model);
     sqlite3_bind_int(st, 4, t->priority);
     sqlite3_bind_int(st, 5, t->max_attempts);
-    bt(st, 6, t->input_json);
-    bt(st, 7, t->idem_key);
-    bt(st, 8, t->body_hash);
+    store_bind_text(st, 6, t->input_json);
+    store_bind_text(st, 7, t->idem_key);
+    store_bind_text(st, 8, t->body_hash);
     sqlite3_bind_int64(st, 9, t->created_ms);
-    bt(st, 10, t->owner ? t->owner : "");
+    store_bind_text(st, 10, t->owner ? t->owner : "");
     sqlite3_bind_double(st, 11, t->prompt_tokens);
     sqlite3_bind_double(st, 12, t->max_tokens);
-    bt(st, 13, t->sensitivity ? t->sensitivity : "normal");
-    bt(st, 14, t->route_rule);
-    bt(st, 15, batch_id);
+    store_bind_text(st, 13, t->sensitivity ? t->sensitivity : "normal");
+    store_bind_text(st, 14, t->route_rule);
+    store_bind_text(st, 15, batch_id);
     if (batch_id) sqlite3_bind_int(st, 16, batch_index);
     else sqlite3_bind_null(st, 16);
-    bt(st, 17, custom_id);
+    store_bind_text(st, 17, custom_id);
 }
 
 int store_task_insert(store *s, const task_new *t, char existing_id[64]) {
@@ -375,7 +397,7 @@ int store_task_insert(store *s, const task_new *t, char existing_id[64]) {
     int rc = begin(s);
     if (rc == STORE_OK && t->idem_key) {
         sqlite3_stmt *st = ps(s, ST_IDEM);
-        bt(st, 1, t->idem_key);
+        store_bind_text(st, 1, t->idem_key);
         int r = sqlite3_step(st);
         if (r == SQLITE_ROW) {
             const char *hash = (const char *)sqlite3_column_text(st, 1);
@@ -421,7 +443,7 @@ int store_task_get(store *s, const char *id, task_rec *out) {
     if (!id) return STORE_NOT_FOUND;
     pthread_mutex_lock(&s->mu);
     sqlite3_stmt *st = ps(s, ST_GET);
-    bt(st, 1, id);
+    store_bind_text(st, 1, id);
     int r = sqlite3_step(st), rc = STORE_OK;
     if (r == SQLITE_ROW) row_to_rec(st, out);
     else if (r == SQLITE_DONE) rc = STORE_NOT_FOUND;
@@ -461,7 +483,7 @@ json_t *store_task_list(store *s, const char *status, int limit) {
     pthread_mutex_lock(&s->mu);
     sqlite3_stmt *st = ps(s, status ? ST_LIST_STATUS : ST_LIST);
     sqlite3_bind_int(st, 1, limit);
-    if (status) bt(st, 2, status);
+    if (status) store_bind_text(st, 2, status);
     int r;
     while ((r = sqlite3_step(st)) == SQLITE_ROW) {
         task_rec t = {0};
@@ -524,20 +546,20 @@ static int open_attempt(store *s, const char *id, const char *node, int64_t now_
     if (rc == STORE_OK && status != from) rc = STORE_STALE;
     if (rc == STORE_OK && from == Q_QUEUED) {
         sqlite3_stmt *st = ps(s, ST_CLAIM);
-        bt(st, 1, id);
-        bt(st, 2, node);
+        store_bind_text(st, 1, id);
+        store_bind_text(st, 2, node);
         sqlite3_bind_int64(st, 3, now_ms);
         rc = run_st(s, st, "claim task");
     } else if (rc == STORE_OK) {
         sqlite3_stmt *st = ps(s, ST_HEDGE);
-        bt(st, 1, id);
+        store_bind_text(st, 1, id);
         rc = run_st(s, st, "hedge task");
     }
     if (rc == STORE_OK) {
         sqlite3_stmt *st = ps(s, ST_ATT_NEW);
-        bt(st, 1, id);
+        store_bind_text(st, 1, id);
         sqlite3_bind_int(st, 2, attempts + 1);
-        bt(st, 3, node);
+        store_bind_text(st, 3, node);
         sqlite3_bind_int64(st, 4, now_ms);
         rc = run_st(s, st, "record attempt");
     }
@@ -570,11 +592,11 @@ static int finish(store *s, const char *id, int attempt, int status, const char 
         rc = STORE_STALE;
     if (rc == STORE_OK) {
         sqlite3_stmt *st = ps(s, ST_FINISH);
-        bt(st, 1, id);
-        bt(st, 2, STATUS[status]);
-        bt(st, 3, result);
-        bt(st, 4, code);
-        bt(st, 5, message);
+        store_bind_text(st, 1, id);
+        store_bind_text(st, 2, STATUS[status]);
+        store_bind_text(st, 3, result);
+        store_bind_text(st, 4, code);
+        store_bind_text(st, 5, message);
         sqlite3_bind_int64(st, 6, now_ms);
         sqlite3_bind_int(st, 7, attempt);
         rc = run_st(s, st, "finish task");
@@ -616,7 +638,7 @@ int store_task_requeue(store *s, const char *id, int attempt, const char *code,
         /* Only an attempt still open can send the task back: a late report
          * of an attempt already ended must not undo a newer one. */
         sqlite3_stmt *st = ps(s, ST_ATT_OPEN);
-        bt(st, 1, id);
+        store_bind_text(st, 1, id);
         sqlite3_bind_int(st, 2, attempt);
         int r = sqlite3_step(st);
         if (r != SQLITE_ROW) rc = db_err(s, "read attempt");
@@ -625,9 +647,9 @@ int store_task_requeue(store *s, const char *id, int attempt, const char *code,
     }
     if (rc == STORE_OK) {
         sqlite3_stmt *st = ps(s, ST_REQUEUE);
-        bt(st, 1, id);
-        bt(st, 2, code);
-        bt(st, 3, message);
+        store_bind_text(st, 1, id);
+        store_bind_text(st, 2, code);
+        store_bind_text(st, 3, message);
         rc = run_st(s, st, "requeue task");
     }
     if (rc == STORE_OK) rc = end_attempt(s, id, attempt, wall_ms(), code, message);
@@ -646,7 +668,7 @@ int store_task_cancel(store *s, const char *id, int64_t now_ms) {
     if (rc == STORE_OK && cur != Q_QUEUED && cur != Q_RUNNING) rc = STORE_STALE;
     if (rc == STORE_OK) {
         sqlite3_stmt *st = ps(s, ST_CANCEL);
-        bt(st, 1, id);
+        store_bind_text(st, 1, id);
         sqlite3_bind_int64(st, 2, now_ms);
         rc = run_st(s, st, "cancel task");
     }
@@ -664,12 +686,12 @@ int store_requeue_running(store *s) {
     if (rc == STORE_OK) {
         sqlite3_stmt *st = ps(s, ST_RQ_ATT); /* before the tasks leave 'running' */
         sqlite3_bind_int64(st, 1, wall_ms());
-        bt(st, 2, RESTART_MSG);
+        store_bind_text(st, 2, RESTART_MSG);
         rc = run_st(s, st, "close attempts at restart");
     }
     if (rc == STORE_OK) {
         sqlite3_stmt *st = ps(s, ST_RQ_ALL);
-        bt(st, 1, RESTART_MSG);
+        store_bind_text(st, 1, RESTART_MSG);
         rc = run_st(s, st, "requeue running tasks");
         n = sqlite3_changes(s->db);
     }
@@ -699,7 +721,7 @@ int store_task_queue_position(store *s, const char *id, int64_t *ahead)
     if (!s || !id || !ahead) return STORE_ERR;
     pthread_mutex_lock(&s->mu);
     sqlite3_stmt *st = ps(s, ST_AHEAD);
-    bt(st, 1, id);
+    store_bind_text(st, 1, id);
     int rc = STORE_OK;
     if (sqlite3_step(st) == SQLITE_ROW) *ahead = sqlite3_column_int64(st, 0);
     else rc = db_err(s, "queue position");
@@ -714,7 +736,7 @@ json_t *store_task_attempts(store *s, const char *id) {
     if (!arr || !id) return arr;
     pthread_mutex_lock(&s->mu);
     sqlite3_stmt *st = ps(s, ST_ATTEMPTS);
-    bt(st, 1, id);
+    store_bind_text(st, 1, id);
     int r;
     while ((r = sqlite3_step(st)) == SQLITE_ROW) {
         json_t *a = json_object();

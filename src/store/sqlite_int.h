@@ -17,6 +17,13 @@ void store_db_unlock(store *s);
 /* Records the connection's last error as "what: message" for store_errmsg;
  * returns STORE_ERR.  Call with the lock held. */
 int store_db_err(store *s, const char *what);
+/* Binds v (copied), or NULL when v is NULL. */
+void store_bind_text(sqlite3_stmt *st, int i, const char *v);
+/* A one-off statement on db; NULL (the error recorded) when it will not compile. */
+sqlite3_stmt *store_prepare(store *s, sqlite3 *db, const char *sql);
+/* Steps st to its end and finalizes it (NULL: STORE_ERR); STORE_OK, or
+ * STORE_ERR with "what: message" recorded. */
+int store_step_done(store *s, sqlite3_stmt *st, const char *what);
 
 /* The one INSERT of a task, and its binding: plain tasks (with their
  * idempotency key) and batch items (with their batch, index and custom id)

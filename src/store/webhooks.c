@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "store/sqlite_int.h"
 #include "util/err.h"
 
 const char STORE_WEBHOOK_SCHEMA[] =
@@ -73,11 +74,6 @@ void wh_db_close(wh_db *w)
     free(w);
 }
 
-static void bt(sqlite3_stmt *st, int i, const char *v)
-{
-    if (v) sqlite3_bind_text(st, i, v, -1, SQLITE_STATIC);
-    else sqlite3_bind_null(st, i);
-}
 
 static json_t *col(sqlite3_stmt *st, int i)
 {
@@ -93,7 +89,7 @@ static json_t *rows(wh_db *w, const char *sql, const char *const *names, int nco
 {
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(w->db, sql, -1, &st, NULL) != SQLITE_OK) return NULL;
-    if (sqlite3_bind_parameter_count(st) >= 1) bt(st, 1, p1);
+    if (sqlite3_bind_parameter_count(st) >= 1) store_bind_text(st, 1, p1);
     if (sqlite3_bind_parameter_count(st) >= 2) sqlite3_bind_int64(st, 2, i2);
     if (sqlite3_bind_parameter_count(st) >= 3) sqlite3_bind_int64(st, 3, i3);
     json_t *out = json_array();
@@ -112,7 +108,7 @@ static int exec_bound(wh_db *w, const char *sql, const char *const *texts, int n
 {
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(w->db, sql, -1, &st, NULL) != SQLITE_OK) return -1;
-    for (int i = 0; i < nt; i++) bt(st, i + 1, texts[i]);
+    for (int i = 0; i < nt; i++) store_bind_text(st, i + 1, texts[i]);
     for (int i = 0; i < ni; i++) sqlite3_bind_int64(st, nt + i + 1, ints[i]);
     int rc = sqlite3_step(st) == SQLITE_DONE ? 0 : -1;
     sqlite3_finalize(st);
