@@ -267,7 +267,6 @@ if [ -n "$PRIO_RATE" ]; then
   for ((i = 0; i < ${#LOAD_ARGS[@]}; i++)); do
     if [ "${LOAD_ARGS[$i]}" = --rate ]; then PRIO_ARGS+=(--rate "$PRIO_RATE"); i=$((i + 1)); else PRIO_ARGS+=("${LOAD_ARGS[$i]}"); fi
   done
-  "$DRIVER" "${PRIO_ARGS[@]}" --describe | sed 's/^/   /'
   "$DRIVER" "${PRIO_ARGS[@]}" --url "http://127.0.0.1:$CPORT" --label prio \
     --csv "$OUT/sched-prio.csv" >"$OUT/sched-prio.txt" 2>"$OUT/sched-prio.err" || true
   grep -v '^SUMMARY' "$OUT/sched-prio.txt" | sed 's/^/   /'
