@@ -53,6 +53,8 @@ static const struct builtin {
 };
 enum { N_BUILTIN = sizeof builtins / sizeof builtins[0] };
 
+const char *detect_builtin_pattern(size_t i) { return i < N_BUILTIN ? builtins[i].pattern : NULL; }
+
 /* Configured text is UTF-8: caseless matching must fold beyond ASCII, and
  * MATCH_INVALID_UTF makes arbitrary request bytes safe to scan. */
 #define UTF_OPTS (PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF)

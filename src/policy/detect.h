@@ -19,6 +19,10 @@ typedef struct detect_rules detect_rules;
 detect_rules *detect_rules_new(const char *const *keywords, const char *const *regexes, char *err,
                                size_t errlen);
 void detect_rules_free(detect_rules *r);
+/* The built-in rules' PCRE2 patterns in their order (before each check, such
+ * as Luhn's, confirms a match), for comparing with other tools; NULL past
+ * the last.  Compiled without UTF: they match bytes. */
+const char *detect_builtin_pattern(size_t i);
 
 /* rule is one of "cn_resident_id", "cn_mobile", "bank_card", "email",
  * "keyword", "regex:<index in the config list>"; it points into the rules and
