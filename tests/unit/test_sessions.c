@@ -19,6 +19,7 @@
 #include "api/session_fit.h"
 #include "api/validate.h"
 #include "store/store.h"
+#include "store_fixture.h"
 
 static json_t *msgs(const char *text)
 {
@@ -168,37 +169,6 @@ static void json_view(void **state)
 
 /* ---- the store ---- */
 
-typedef struct fx {
-    char dir[64];
-    store *s;
-} fx;
-
-static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb, (void)flag, (void)ftw;
-    return remove(path);
-}
-
-static int setup(void **state)
-{
-    fx *f = calloc(1, sizeof *f);
-    snprintf(f->dir, sizeof f->dir, "/tmp/gpupool-sessions-XXXXXX");
-    assert_non_null(mkdtemp(f->dir));
-    char err[256] = "";
-    f->s = store_open(f->dir, err, sizeof err);
-    assert_non_null(f->s);
-    *state = f;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    fx *f = *state;
-    store_close(f->s);
-    nftw(f->dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
-    free(f);
-    return 0;
-}
 
 static void store_turns(void **state)
 {

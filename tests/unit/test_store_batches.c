@@ -15,38 +15,8 @@
 #include <sys/stat.h>
 
 #include "store/store.h"
+#include "store_fixture.h"
 
-typedef struct fx {
-    char dir[64];
-    store *s;
-} fx;
-
-static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb, (void)flag, (void)ftw;
-    return remove(path);
-}
-
-static int setup(void **state)
-{
-    fx *f = calloc(1, sizeof *f);
-    snprintf(f->dir, sizeof f->dir, "/tmp/gpupool-batches-XXXXXX");
-    assert_non_null(mkdtemp(f->dir));
-    char err[256] = "";
-    f->s = store_open(f->dir, err, sizeof err);
-    assert_non_null(f->s);
-    *state = f;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    fx *f = *state;
-    store_close(f->s);
-    nftw(f->dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-    free(f);
-    return 0;
-}
 
 /* A batch "id" of n items, task ids id-0 .. id-(n-1); item 1 has a custom id. */
 static int add_batch(store *s, const char *id, int n, const char *key, const char *hash, char existing[64])
