@@ -244,10 +244,17 @@ reg_wait registry_acquire_wait(registry *r, const reg_request *rq, const char *c
     if (b == PLACE_NO_MODEL) { pthread_mutex_unlock(&r->mu); return REG_NO_MODEL; }
     if (b == PLACE_UNAVAILABLE && nexclude > 0) { pthread_mutex_unlock(&r->mu); return REG_EXHAUSTED; }
     /* Not fitting may be a heartbeat behind an unload that freed the room:
-     * give it one heartbeat interval before saying it fits nowhere. */
+     * give it a heartbeat interval before saying it fits nowhere, and where
+     * a node has just stopped an engine (the beat that says so can still
+     * show its memory taken, and a worker busy stopping engines beats
+     * late) two intervals and at least 2 s. */
     int64_t no_fit_until = 0;
     if (b == PLACE_NO_FIT) {
-        no_fit_until = mono_ms() + r->cfg.heartbeat_ms;
+        int64_t grace = r->cfg.heartbeat_ms, now = mono_ms();
+        for (int i = 0; i < r->n; i++)
+            if (r->nodes[i]->unloaded_at && now - r->nodes[i]->unloaded_at < 3000)
+                grace = 2 * r->cfg.heartbeat_ms > 2000 ? 2 * r->cfg.heartbeat_ms : 2000;
+        no_fit_until = now + grace;
         if (no_fit_until > deadline) no_fit_until = deadline;
     }
     if (r->waiters >= max_waiters) { pthread_mutex_unlock(&r->mu); return b == PLACE_NO_FIT ? REG_NO_FIT : REG_QUEUE_FULL; }

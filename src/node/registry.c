@@ -138,8 +138,20 @@ int reg_has_model(const node *nd, const char *model)
     return 0;
 }
 
+static int running_engines(const json_t *engines)
+{
+    int n = 0;
+    size_t i;
+    json_t *e;
+    json_array_foreach(engines, i, e) {
+        const char *st = json_string_value(json_object_get(e, "state"));
+        n += st && !strcmp(st, "running");
+    }
+    return n;
+}
+
 /* Takes what a worker reports (GPUs, engines) into the node's record. */
-static void absorb_report(node *nd, json_t *req)
+static void absorb_report(node *nd, json_t *req, int64_t now)
 {
     /* Large bodies the node received since its last beat, and how long they
      * took to arrive: the link's throughput for the payload cost. */
@@ -148,6 +160,10 @@ static void absorb_report(node *nd, json_t *req)
     if (lbytes > 0 && lms > 0) profile_observe_link(&nd->prof, lbytes, lms);
     json_t *gpus = json_object_get(req, "gpus");
     json_t *engines = json_object_get(req, "engines");
+    /* An engine it started has stopped: its memory may show as taken a
+     * beat longer (node/leases gives such a node more time before no-fit). */
+    if (nd->engines && json_is_array(engines) && running_engines(engines) < running_engines(nd->engines))
+        nd->unloaded_at = now;
     json_decref(nd->gpus);
     json_decref(nd->engines);
     nd->gpus = json_is_array(gpus) ? json_deep_copy(gpus) : json_array();
@@ -273,7 +289,7 @@ int registry_register(registry *r, const char *bearer, json_t *req, const char *
      * token; otherwise the first dispatch could race the worker storing it. */
     nd->state = NODE_NOT_READY;
     snprintf(nd->state_reason, sizeof nd->state_reason, "registered; waiting for its first heartbeat");
-    absorb_report(nd, req);
+    absorb_report(nd, req, now);
     *resp = json_pack("{s:s, s:s, s:I, s:I}", "node_id", nd->id, "node_token", nd->token,
                       "token_expires_in_ms", (json_int_t)r->cfg.token_ttl_ms,
                       "heartbeat_ms", (json_int_t)r->cfg.heartbeat_ms);
@@ -322,7 +338,7 @@ int registry_heartbeat(registry *r, const char *bearer, json_t *req, const char 
     nd->seq = seq;
     nd->last_beat = now;
     nd->silent_reported = 0;
-    absorb_report(nd, req);
+    absorb_report(nd, req, now);
     node_state was = nd->state;
     json_t *ready = json_object_get(req, "ready");
     const char *reason = json_string_value(json_object_get(req, "not_ready_reason"));

@@ -29,6 +29,7 @@ typedef struct node {
     char token[72], prev_token[72];
     int64_t token_issued, token_expires, prev_expires;
     int64_t last_beat, registered_at;
+    int64_t unloaded_at;  /* when a beat last showed one of its started engines stopped */
     int silent_reported;  /* registry_silent named it during this silence: placement passes it over */
     uint64_t seq;
     node_state state;
