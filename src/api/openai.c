@@ -96,6 +96,18 @@ typedef struct prepared {
     track_request tr;          /* what the two-track router reads (api/track) */
 } prepared;
 
+/* Error answers say where the request was headed too: the track the router
+ * chose and why, or the pool. */
+static void route_on_error(http_req *req, int tracked, const track_decision *d, const char *private_rule)
+{
+    char route[200];
+    if (tracked && d->reason[0])
+        snprintf(route, sizeof route, "%s; reason=%s", d->target == TRACK_CLOUD ? "cloud" : "local", d->reason);
+    else if (private_rule && *private_rule) snprintf(route, sizeof route, "local; reason=private (%s)", private_rule);
+    else snprintf(route, sizeof route, "local; reason=pool");
+    http_set_header(req, "X-Gpupool-Route", route);
+}
+
 /* A catalogue alias becomes the entry's name, in model and in the body the
  * node gets (engines know only the name).  0, or -1 after answering. */
 static int resolve_alias(coord *c, http_req *req, json_t *body, char *model, size_t len)
@@ -201,6 +213,7 @@ static int prepare(coord *c, http_req *req, api_kind kind, prepared *p, int may_
         return -1;
     }
     if (p->cls.is_private && (!*local || !registry_model_trusted(c->reg, local))) {
+        route_on_error(req, 0, NULL, p->cls.rule);
         api_server_error(req, 503, "no_trusted_capacity",
                          "the request is private (%s) and no trusted node serves '%s'; it was not sent anywhere",
                          p->cls.rule, *local ? local : p->model);
@@ -359,6 +372,7 @@ static void proxy(coord *c, http_req *req, int kind, prepared *pr)
          * track sends the request to the other one. */
         api_track_decide(c, hop.owner, &tr, &d);
         if (d.refuse) {
+            route_on_error(req, tracked, &d, private_rule);
             api_retry_after(c, req, 0);
             api_error(req, 429, "rate_limit_error", "budget_exceeded", "model",
                       "'%s' may not go to the cloud now (%s) and no local model stands in for it", pr->model,
@@ -396,6 +410,7 @@ static void proxy(coord *c, http_req *req, int kind, prepared *pr)
                      d.target == TRACK_LOCAL ? "local" : "cloud", model);
             continue;
         }
+        if (w == REG_NO_MODEL || w == REG_QUEUE_FULL || w == REG_NO_FIT) route_on_error(req, tracked, &d, private_rule);
         if (w == REG_NO_MODEL) {
             api_error(req, 404, "invalid_request_error", "model_not_found", "model",
                       "the model '%s' is not served by any node in the pool", model);
@@ -438,6 +453,7 @@ static void proxy(coord *c, http_req *req, int kind, prepared *pr)
         /* A cloud that failed hands the request back to the local track. */
         if (tracked && lease.external) tr.cloud_failed = 1;
     }
+    route_on_error(req, tracked, &d, private_rule);
     if (ntried) {
         api_server_error(req, 502, "no_node_answered", "no node could serve '%s' (tried %d): %s", model, ntried,
                          last_error);

@@ -301,9 +301,11 @@ static void local_missing_falls_back_to_cloud(void **state)
     /* two a minute: the third has nowhere to go and says so */
     a = ask(p, NULL, "hello", 4, NULL, NULL);
     assert_int_equal(a.status / 100, 5);
+    assert_non_null(strstr(a.route, "; reason=")); /* errors say where it was headed too */
     /* a private one is not sent anywhere */
     a = ask(p, NULL, "call 13812345678", 4, NULL, NULL);
     assert_int_equal(a.status, 503);
+    assert_string_equal(a.route, "local; reason=private (cn_mobile)");
 }
 
 static int setup(void **state)
