@@ -119,61 +119,34 @@ bad:
     return NULL;
 }
 
-/* The pool's join token: given, from a file, from the environment, or made
- * once and kept in the data directory so workers on this machine can read it. */
-static char *join_token(serve_opts *o)
+/* A secret: given, from a file, from the environment, or made once (nbytes
+ * random bytes as hex) and kept in the data directory as name, where whoever
+ * needs it can read it (what says who, for the log).  NULL after saying why. */
+static char *secret(const serve_opts *o, const char *given, const char *file, const char *env_name,
+                    const char *name, size_t nbytes, const char *what)
 {
-    if (o->join_token) return strdup(o->join_token);
-    if (o->join_token_file) {
-        char *t = read_small_file(o->join_token_file, 256);
-        if (!t || !*t) fprintf(stderr, "gpupool serve: cannot read a join token from %s\n", o->join_token_file);
-        return t;
-    }
-    const char *env = getenv("GPUPOOL_JOIN_TOKEN");
-    if (env && *env) return strdup(env);
-    char path[4096];
-    snprintf(path, sizeof path, "%s/join-token", o->data);
-    char *t = read_small_file(path, 256);
-    if (t && *t) return t;
-    free(t);
-    char fresh[65];
-    rand_hex(fresh, 24);
-    char line[80];
-    snprintf(line, sizeof line, "%s\n", fresh);
-    if (write_file_atomic(path, line)) {
-        fprintf(stderr, "gpupool serve: cannot write %s: %s\n", path, strerror(errno));
-        return NULL;
-    }
-    log_info("generated a join token; workers can read it from %s", path);
-    return strdup(fresh);
-}
-
-/* The webhook signing secret: given, from a file, from the environment, or
- * made once and kept in the data directory for receivers to be given. */
-static char *webhook_secret(serve_opts *o)
-{
-    if (o->webhook_secret) return strdup(o->webhook_secret);
-    if (o->webhook_secret_file) {
-        char *s = read_small_file(o->webhook_secret_file, 1024);
-        if (!s || !*s) fprintf(stderr, "gpupool serve: cannot read a webhook secret from %s\n", o->webhook_secret_file);
+    if (given) return strdup(given);
+    if (file) {
+        char *s = read_small_file(file, 1024);
+        if (!s || !*s) fprintf(stderr, "gpupool serve: cannot read the %s from %s\n", name, file);
         if (s && !*s) { free(s); s = NULL; }
         return s;
     }
-    const char *env = getenv("GPUPOOL_WEBHOOK_SECRET");
+    const char *env = getenv(env_name);
     if (env && *env) return strdup(env);
     char path[4096];
-    snprintf(path, sizeof path, "%s/webhook-secret", o->data);
+    snprintf(path, sizeof path, "%s/%s", o->data, name);
     char *s = read_small_file(path, 1024);
     if (s && *s) return s;
     free(s);
     char fresh[65], line[80];
-    rand_hex(fresh, 32);
+    rand_hex(fresh, nbytes);
     snprintf(line, sizeof line, "%s\n", fresh);
     if (write_file_atomic(path, line)) {
         fprintf(stderr, "gpupool serve: cannot write %s: %s\n", path, strerror(errno));
         return NULL;
     }
-    log_info("generated a webhook signing secret; receivers can be given it from %s", path);
+    log_info("generated the %s; %s from %s", name, what, path);
     return strdup(fresh);
 }
 
@@ -251,7 +224,8 @@ int cmd_serve(int argc0, char **argv0)
         fprintf(stderr, "gpupool serve: cannot create %s: %s\n", o.data, strerror(errno));
         goto done;
     }
-    if (!(token = join_token(&o))) goto done;
+    if (!(token = secret(&o, o.join_token, o.join_token_file, "GPUPOOL_JOIN_TOKEN", "join-token", 24,
+                         "workers on this machine can read it"))) goto done;
 
     /* Signals are taken by sigtimedwait below, so every thread blocks them. */
     sigset_t sigs;
@@ -336,7 +310,8 @@ int cmd_serve(int argc0, char **argv0)
     coord c = {.cfg = o.cc, .st = st, .reg = reg, .disp = disp, .rules = rules, .cache = cache,
                .track = track, .apps = apps, .runner = runner, .rollouts = rollouts, .catalog = cat,
                .audit = audit, .started_mono = mono_ms()};
-    wh_db *wdb = (hook_secret = webhook_secret(&o)) ? wh_db_open(o.data, err, sizeof err) : NULL;
+    wh_db *wdb = (hook_secret = secret(&o, o.webhook_secret, o.webhook_secret_file, "GPUPOOL_WEBHOOK_SECRET",
+                                           "webhook-secret", 32, "receivers can be given it")) ? wh_db_open(o.data, err, sizeof err) : NULL;
     o.hooks.secret = hook_secret;
     if (!wdb || !(hooks = c.hooks = webhooks_start(&c, wdb, &o.hooks))) {
         if (wdb) wh_db_close(wdb);
