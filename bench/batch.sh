@@ -37,23 +37,7 @@ fi
 [ -x "$BIN" ] || die "$BIN is not executable"
 
 TMP=$(mktemp -d /tmp/gpupool-batch.XXXXXX)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-wait_port() {
-  for _ in $(seq 150); do
-    [ -s "$1" ] && { cat "$1"; return; }
-    kill -0 "$2" 2>/dev/null || die "pid $2 exited before listening (see logs in $OUT)"
-    sleep 0.1
-  done
-  die "no port in $1"
-}
+. "$ROOT/bench/lib.sh"
 
 # The batch body, written once and sent to every pool.
 python3 - "$N" "$MAX_TOKENS" >"$TMP/batch.json" <<'EOF'

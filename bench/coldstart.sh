@@ -36,23 +36,7 @@ fi
 
 TMP=$(mktemp -d /tmp/gpupool-coldstart.XXXXXX)
 mkdir -p "$OUT"
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-wait_port() {
-  for _ in $(seq 150); do
-    [ -s "$1" ] && { cat "$1"; return; }
-    kill -0 "${PIDS[-1]}" 2>/dev/null || die "${PIDS[-1]} exited before listening (see logs in $OUT)"
-    sleep 0.1
-  done
-  die "no port in $1 (see logs in $OUT)"
-}
+. "$ROOT/bench/lib.sh"
 
 # The model file: real Llama metadata and shapes, the weights a hole.
 cc -std=c17 -O1 -I "$ROOT/tests/unit" "$ROOT/bench/make_test_gguf.c" -o "$TMP/make_test_gguf" ||
