@@ -252,7 +252,10 @@ static void fetch_missing(worker *w, int engine_idx)
         pthread_mutex_unlock(&w->mu);
         if (strcmp(why, last_why)) log_warn("fetching %s: %s; trying again in %lld ms", name, why, (long long)pause);
         snprintf(last_why, sizeof last_why, "%s", why);
-        if (pause_ms(w, pause)) return;
+        /* A file copied in by hand is noticed within half a second, not only
+         * when the backoff (up to 30 s) is over. */
+        for (int64_t until = mono_ms() + pause; mono_ms() < until;)
+            if (pause_ms(w, 500) || appeared(w, engine_idx, xidx, name, dest)) return;
         pause = pause * 2 > 30000 ? 30000 : pause * 2;
     }
 }
