@@ -1,7 +1,6 @@
 /* api/audit: see audit.h. */
 #include "api/audit.h"
 
-#include <jansson.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -9,9 +8,11 @@
 #include <time.h>
 
 #include "api/audit_rec.h"
+#include "util/buf.h"
 #include "util/clock.h"
 #include "util/ids.h"
 #include "util/log.h"
+#include "util/str.h"
 
 #define MAX_ATTEMPTS 8
 #define BATCH 128
@@ -114,14 +115,18 @@ static void fresh_id(char *out, size_t len)
     static atomic_ullong next;
     pthread_once(&once, seed_ids);
     unsigned long long n = atomic_fetch_add(&next, 1);
-    snprintf(out, len, "req_%s%016llx", id_prefix, n);
+    char id[4 + 8 + 16 + 1] = "req_";
+    memcpy(id + 4, id_prefix, 8);
+    for (int i = 0; i < 16; i++) id[12 + i] = "0123456789abcdef"[(n >> (60 - 4 * i)) & 15];
+    id[28] = 0;
+    str_copy(out, len, id);
 }
 
 void audit_begin(auditor *a, http_req *req, const char *owner, audit_keep keep)
 {
     char id[72];
     const char *given = http_req_header(req, "X-Request-Id");
-    if (audit_request_id_ok(given)) snprintf(id, sizeof id, "%s", given);
+    if (audit_request_id_ok(given)) str_copy(id, sizeof id, given);
     else fresh_id(id, sizeof id);
     http_req_add_header(req, "X-Request-Id", id);
     http_set_header(req, "X-Request-Id", id);
@@ -130,11 +135,11 @@ void audit_begin(auditor *a, http_req *req, const char *owner, audit_keep keep)
     if (!n) return;
     memcpy(n->request_id, id, sizeof id);
     n->ts_ms = wall_ms();
-    snprintf(n->method, sizeof n->method, "%s", http_req_method(req));
+    str_copy(n->method, sizeof n->method, http_req_method(req));
     n->path = strdup(http_req_path(req));
-    snprintf(n->owner, sizeof n->owner, "%s", owner ? owner : "");
+    str_copy(n->owner, sizeof n->owner, owner);
     const char *poll = http_req_query(req, "id");
-    if (poll) snprintf(n->poll_id, sizeof n->poll_id, "%s", poll);
+    if (poll) str_copy(n->poll_id, sizeof n->poll_id, poll);
     n->no_answer = keep == AUDIT_NO_ANSWER;
     http_req_set_note(req, n, note_free);
 }
@@ -164,7 +169,7 @@ void audit_route_class(http_req *req, int is_private, const char *rule)
     if (!n) return;
     n->routed = 1;
     n->is_private = is_private;
-    snprintf(n->rule, sizeof n->rule, "%s", is_private && rule ? rule : "");
+    str_copy(n->rule, sizeof n->rule, is_private ? rule : NULL);
 }
 
 void audit_route_attempt(http_req *req, const char *node_id, int external, long status, const char *outcome)
@@ -172,10 +177,10 @@ void audit_route_attempt(http_req *req, const char *node_id, int external, long 
     note *n = http_req_note(req);
     if (!n || n->natt >= MAX_ATTEMPTS) return;
     attempt *t = &n->att[n->natt++];
-    snprintf(t->node, sizeof t->node, "%s", node_id);
+    str_copy(t->node, sizeof t->node, node_id);
     t->external = external;
     t->status = status;
-    snprintf(t->outcome, sizeof t->outcome, "%s", outcome);
+    str_copy(t->outcome, sizeof t->outcome, outcome);
 }
 
 const char *audit_request_id(http_req *req)
@@ -191,7 +196,7 @@ void audit_stream_done(auditor *a, const char *request_id, const char *text, siz
     if (!n) return;
     n->stream_update = 1;
     n->ts_ms = mono_ms(); /* for how long it may wait for its record */
-    snprintf(n->request_id, sizeof n->request_id, "%s", request_id);
+    str_copy(n->request_id, sizeof n->request_id, request_id);
     n->dur_us = dur_us;
     n->resp_body = copy_capped(text ? text : "", text ? len : 0, a->cfg.body_max, &n->resp_len, &n->resp_cut);
     push(a, n);
@@ -199,25 +204,38 @@ void audit_stream_done(auditor *a, const char *request_id, const char *text, siz
 
 /* ---- the writer ---- */
 
+static int put_json_str(buf *b, const char *s)
+{
+    return buf_puts(b, "\"") | buf_put_json_text(b, s, strlen(s)) | buf_puts(b, "\"");
+}
+
+/* {"sensitivity","rule","nodes":[...],"attempts":[{node,backend,status,
+ * outcome}]}, written directly: it is made for every proxied call. */
 static char *route_json(const note *n)
 {
     if (!n->routed && !n->natt) return NULL;
-    json_t *r = json_object(), *nodes = json_array(), *atts = json_array();
-    json_object_set_new(r, "sensitivity", json_string(n->is_private ? "private" : "normal"));
-    json_object_set_new(r, "rule", n->rule[0] ? json_string(n->rule) : json_null());
-    for (int i = 0; i < n->natt; i++) {
+    buf b = {0};
+    int bad = buf_puts(&b, n->is_private ? "{\"sensitivity\":\"private\",\"rule\":" : "{\"sensitivity\":\"normal\",\"rule\":");
+    bad |= n->rule[0] ? put_json_str(&b, n->rule) : buf_puts(&b, "null");
+    bad |= buf_puts(&b, ",\"nodes\":[");
+    for (int i = 0, listed = 0; i < n->natt; i++) {
         int seen = 0;
         for (int k = 0; k < i; k++) seen |= !strcmp(n->att[k].node, n->att[i].node);
-        if (!seen) json_array_append_new(nodes, json_string(n->att[i].node));
-        json_array_append_new(atts, json_pack("{s:s, s:s, s:I, s:s}", "node", n->att[i].node, "backend",
-                                              n->att[i].external ? "cloud" : "local", "status",
-                                              (json_int_t)n->att[i].status, "outcome", n->att[i].outcome));
+        if (seen) continue;
+        if (listed++) bad |= buf_puts(&b, ",");
+        bad |= put_json_str(&b, n->att[i].node);
     }
-    json_object_set_new(r, "nodes", nodes);
-    json_object_set_new(r, "attempts", atts);
-    char *s = json_dumps(r, JSON_COMPACT);
-    json_decref(r);
-    return s;
+    bad |= buf_puts(&b, "],\"attempts\":[");
+    for (int i = 0; i < n->natt; i++) {
+        const attempt *t = &n->att[i];
+        bad |= buf_puts(&b, i ? ",{\"node\":" : "{\"node\":") | put_json_str(&b, t->node);
+        bad |= buf_puts(&b, t->external ? ",\"backend\":\"cloud\",\"status\":" : ",\"backend\":\"local\",\"status\":");
+        bad |= t->status >= 0 ? buf_put_uint(&b, (unsigned long long)t->status) : buf_printf(&b, "%ld", t->status);
+        bad |= buf_puts(&b, ",\"outcome\":") | put_json_str(&b, t->outcome) | buf_puts(&b, "}");
+    }
+    bad |= buf_puts(&b, "]}");
+    if (bad) { buf_free(&b); return NULL; }
+    return buf_steal(&b);
 }
 
 typedef struct prepared {

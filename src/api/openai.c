@@ -20,6 +20,7 @@
 #include "http/relay.h"
 #include "util/clock.h"
 #include "util/log.h"
+#include "util/str.h"
 
 #define MAX_TRIES 8
 
@@ -493,7 +494,7 @@ typedef struct fast_call {
     node_lease lease;
     int64_t started_us;
     char private_rule[64];
-    api_cache_req cache;
+    api_cache_req *cache; /* NULL when the cache was not asked: 16 KB not to zero per call */
 } fast_call;
 
 static void fast_done(void *ctx, http_result *res)
@@ -511,7 +512,7 @@ static void fast_done(void *ctx, http_result *res)
     if (res->status && !api_node_refused(res->status, res->body) && !retry) {
         api_served_by(req, &f->lease, f->private_rule, NULL);
         api_track_count(f->c, 0, f->private_rule[0] ? "private" : "pool");
-        api_cache_store(f->c, &f->cache, res->status, res->body, res->body_len);
+        api_cache_store(f->c, f->cache, res->status, res->body, res->body_len);
         relay_respond_result(req, res);
         http_req_complete(req);
     } else if (res->status == 0 && http_req_client_gone(req)) {
@@ -523,13 +524,14 @@ static void fast_done(void *ctx, http_result *res)
         const char *why = retry ? "the engine failed" : res->status ? "refused the request" : res->error;
         if (!retry) registry_mark_unreachable(f->c->reg, f->lease.node_id, why, mono_ms());
         log_warn("node %s failed before answering (%s); trying another", f->lease.node_id, why);
-        tried_nodes *t = carry_new(req, &f->cache);
+        tried_nodes *t = carry_new(req, f->cache);
         if (t) {
             snprintf(t->ids[0], sizeof t->ids[0], "%s", f->lease.node_id);
             t->n = 1;
         }
         http_req_run_handler(req);
     }
+    free(f->cache);
     free(f);
 }
 
@@ -551,12 +553,17 @@ http_fast_rc api_openai_fast(coord *c, http_req *req, int kind)
     }
     /* A lookup is in memory; a hit's LRU stamp is one small write to the
      * cache file (WAL, no fsync), cheap enough for the event loop. */
-    api_cache_req cache = {0};
-    int looked_up = kind == KIND_CHAT && c->cache;
-    if (looked_up &&
-        api_cache_begin(c, req, body, pr.cls.is_private, pr.cls.is_private ? pr.cls.rule : NULL, &cache, NULL)) {
-        json_decref(body);
-        return HTTP_HANDLED;
+    api_cache_req *cache = NULL;
+    if (kind == KIND_CHAT && c->cache) {
+        if (!(cache = calloc(1, sizeof *cache))) {
+            json_decref(body);
+            return HTTP_PASS;
+        }
+        if (api_cache_begin(c, req, body, pr.cls.is_private, pr.cls.is_private ? pr.cls.rule : NULL, cache, NULL)) {
+            free(cache);
+            json_decref(body);
+            return HTTP_HANDLED;
+        }
     }
     /* Calls that would have to wait for a slot block a pool thread instead;
      * so do calls while others already wait (first come, first served). */
@@ -565,11 +572,12 @@ http_fast_rc api_openai_fast(coord *c, http_req *req, int kind)
         registry_acquire(c->reg, &pr.rq, NULL, 0, &f->lease) != PLACE_OK) {
         free(f);
         json_decref(body);
-        if (looked_up) carry_new(req, &cache);
+        if (cache) carry_new(req, cache);
+        free(cache);
         return HTTP_PASS;
     }
     f->cache = cache;
-    if (pr.cls.is_private) snprintf(f->private_rule, sizeof f->private_rule, "%s", pr.cls.rule);
+    if (pr.cls.is_private) str_copy(f->private_rule, sizeof f->private_rule, pr.cls.rule);
     json_decref(body);
     f->c = c;
     f->req = req;
@@ -577,12 +585,14 @@ http_fast_rc api_openai_fast(coord *c, http_req *req, int kind)
     size_t len;
     const char *raw = http_req_body(req, &len);
     char url[512];
-    snprintf(url, sizeof url, "%s%s", f->lease.address, api_kind_path((api_kind)kind));
+    size_t ul = str_copy(url, sizeof url, f->lease.address);
+    str_copy(url + ul, sizeof url - ul, api_kind_path((api_kind)kind));
     http_call_opts o = {.method = "POST", .url = url, .body = raw, .body_len = len, .bearer = f->lease.token,
                         .timeout_ms = c->cfg.upstream_timeout_ms};
     if (relay_call_async(&o, req, fast_done, f)) {
         registry_release(c->reg, &f->lease, mono_ms(), 0);
-        if (looked_up) carry_new(req, &f->cache);
+        if (cache) carry_new(req, cache);
+        free(cache);
         free(f);
         return HTTP_PASS;
     }

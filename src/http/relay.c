@@ -10,6 +10,7 @@
 
 #include "util/buf.h"
 #include "util/clock.h"
+#include "util/str.h"
 
 #define RELAY_HIGH_WATER (256 * 1024)
 #define RELAY_CHECK_MS 100
@@ -78,10 +79,10 @@ static void pass_gpupool_headers(http_req *client, const char *headers)
         const char *colon = memchr(line, ':', len);
         if (len > 10 && colon && !strncasecmp(line, "X-Gpupool-", 10)) {
             char name[64], value[256];
-            snprintf(name, sizeof name, "%.*s", (int)(colon - line), line);
+            str_copy_n(name, sizeof name, line, (size_t)(colon - line));
             const char *v = colon + 1;
             while (v < line + len && *v == ' ') v++;
-            snprintf(value, sizeof value, "%.*s", (int)(line + len - v), v);
+            str_copy_n(value, sizeof value, v, (size_t)(line + len - v));
             http_set_header(client, name, value);
         }
         line = end ? end + 2 : line + len;
@@ -102,7 +103,7 @@ static int up_status(void *ctx, long status, const char *ctype, const char *head
     buf_puts(&r->passthrough, headers);
     r->head = 1;
     r->status = status;
-    snprintf(r->ctype, sizeof r->ctype, "%s", ctype);
+    str_copy(r->ctype, sizeof r->ctype, ctype);
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
     return 0;

@@ -20,6 +20,7 @@
 #include "http/wire.h"
 #include "util/buf.h"
 #include "util/clock.h"
+#include "util/str.h"
 
 #define IDLE_MAX 1024            /* kept connections, all hosts together */
 #define IDLE_MAX_AGE_MS 118000   /* curl's default: older ones are not trusted */
@@ -110,7 +111,7 @@ static void conn_keep(const char *key, int fd)
         return;
     }
     c->fd = fd;
-    snprintf(c->key, sizeof c->key, "%s", key);
+    str_copy(c->key, sizeof c->key, key);
     c->idle_since_ms = mono_ms();
     c->next = U.idle;
     U.idle = c;
@@ -190,8 +191,11 @@ static int parse_url(const char *url, call *c, char *host_hdr, size_t hlen, cons
     if (hl + 8 >= hlen) return -1;
     memcpy(host_hdr, h, hl);
     host_hdr[hl] = 0;
-    if (port != 80) snprintf(host_hdr + hl, hlen - hl, ":%ld", port);
-    snprintf(c->key, sizeof c->key, "%s:%ld", host, port);
+    char ps[8] = ":";
+    str_uint(ps + 1, sizeof ps - 1, (unsigned long long)port);
+    if (port != 80) str_copy(host_hdr + hl, hlen - hl, ps);
+    size_t kl = str_copy(c->key, sizeof c->key, host);
+    str_copy(c->key + kl, sizeof c->key - kl, ps);
     return 0;
 }
 
@@ -238,9 +242,9 @@ static void finish(call *c, const char *error, int aborted, int timed_out)
     http_result res;
     memset(&res, 0, sizeof res);
     res.status = c->w.head_done ? c->w.status : 0;
-    snprintf(res.content_type, sizeof res.content_type, "%s", c->w.content_type);
+    str_copy(res.content_type, sizeof res.content_type, c->w.content_type);
     if (error) {
-        snprintf(res.error, sizeof res.error, "%s", error);
+        str_copy(res.error, sizeof res.error, error);
         res.aborted = aborted;
         res.timed_out = timed_out;
     }
@@ -445,17 +449,20 @@ int upstream_call(const http_call_opts *o, http_async_done done, void *ctx)
     char host[160];
     const char *path;
     if (parse_url(o->url, c, host, sizeof host, &path)) { free(c); return 1; }
-    int bad = buf_printf(&c->head_out, "%s %s%s HTTP/1.1\r\nHost: %s\r\nAccept: */*\r\n", method,
-                         *path == '/' ? "" : "/", path, host);
-    if (o->body) {
-        bad |= buf_printf(&c->head_out, "Content-Type: %s\r\n", o->content_type ? o->content_type : "application/json");
-    }
-    if (o->bearer) bad |= buf_printf(&c->head_out, "Authorization: Bearer %s\r\n", o->bearer);
+    /* Built by appends: this head is written for every proxied call. */
+    buf *h = &c->head_out;
+    int bad = buf_puts(h, method) | buf_puts(h, *path == '/' ? " " : " /") | buf_puts(h, path) |
+              buf_puts(h, " HTTP/1.1\r\nHost: ") | buf_puts(h, host) | buf_puts(h, "\r\nAccept: */*\r\n");
+    if (o->body)
+        bad |= buf_puts(h, "Content-Type: ") | buf_puts(h, o->content_type ? o->content_type : "application/json") |
+               buf_puts(h, "\r\n");
+    if (o->bearer) bad |= buf_puts(h, "Authorization: Bearer ") | buf_puts(h, o->bearer) | buf_puts(h, "\r\n");
     for (const char *const *x = o->headers; x && *x; x++) {
         if (strpbrk(*x, "\r\n")) { call_free(c); return 1; }
-        bad |= buf_printf(&c->head_out, "%s\r\n", *x);
+        bad |= buf_puts(h, *x) | buf_puts(h, "\r\n");
     }
-    if (o->body || strcasecmp(method, "GET")) bad |= buf_printf(&c->head_out, "Content-Length: %zu\r\n", o->body ? o->body_len : 0);
+    if (o->body || strcasecmp(method, "GET"))
+        bad |= buf_puts(h, "Content-Length: ") | buf_put_uint(h, o->body ? o->body_len : 0) | buf_puts(h, "\r\n");
     bad |= buf_puts(&c->head_out, "\r\n");
     if (bad) { call_free(c); return -1; }
     wire_init(&c->w);

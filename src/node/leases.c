@@ -13,6 +13,7 @@
 #include "node/registry_int.h"
 #include "util/clock.h"
 #include "util/log.h"
+#include "util/str.h"
 
 /* What the worker said about a model it can start (need, slots, the models
  * starting it would stop), or NULL. */
@@ -153,7 +154,7 @@ static place_candidate candidate(const registry *r, const node *nd, const reg_re
 /* Caller holds the lock. */
 static place_block try_acquire(registry *r, const reg_request *rq, const char *const *ex, int nex, node_lease *out)
 {
-    place_candidate stackc[64] = {{0}};
+    place_candidate stackc[64]; /* not zeroed (10 KB): every entry used is filled below */
     place_candidate *c = r->n <= 64 ? stackc : calloc((size_t)r->n, sizeof *c);
     if (!c) return PLACE_BUSY;
     int64_t now = rq->now ? rq->now : mono_ms();
@@ -189,14 +190,14 @@ static place_block try_acquire(registry *r, const reg_request *rq, const char *c
     if (nd->nactive < (int)(sizeof nd->active / sizeof nd->active[0])) {
         active_lease *a = &nd->active[nd->nactive++];
         *a = (active_lease){.seq = out->seq, .start = now, .est = est};
-        snprintf(a->model, sizeof a->model, "%s", rq->model);
+        str_copy(a->model, sizeof a->model, rq->model);
     }
     if (nd->half_open) nd->probing = 1;
     if (cold) r->cold_starts++;
-    snprintf(out->node_id, sizeof out->node_id, "%s", nd->id);
-    snprintf(out->address, sizeof out->address, "%s", nd->address);
-    snprintf(out->token, sizeof out->token, "%s", nd->token);
-    snprintf(out->model, sizeof out->model, "%s", rq->model);
+    str_copy(out->node_id, sizeof out->node_id, nd->id);
+    str_copy(out->address, sizeof out->address, nd->address);
+    str_copy(out->token, sizeof out->token, nd->token);
+    str_copy(out->model, sizeof out->model, rq->model);
     out->cold = cold;
     out->external = nd->external;
     out->est_ms = est;

@@ -429,14 +429,7 @@ int sim_sse_token(buf *out, const sim_sse *x, const char *token)
 int sim_sse_text(buf *out, const sim_sse *x, const char *text, size_t len)
 {
     buf esc = {0};
-    int rc = buf_puts(&esc, "");
-    for (size_t i = 0; i < len && !rc; i++) {
-        unsigned char ch = (unsigned char)text[i];
-        if (ch == '"' || ch == '\\') rc = buf_printf(&esc, "\\%c", ch);
-        else if (ch == '\n') rc = buf_puts(&esc, "\\n");
-        else if (ch < 0x20) rc = buf_printf(&esc, "\\u%04x", ch);
-        else rc = buf_append(&esc, &text[i], 1);
-    }
+    int rc = buf_puts(&esc, "") || buf_put_json_text(&esc, text, len);
     if (!rc) rc = sim_sse_token(out, x, esc.data);
     buf_free(&esc);
     return rc ? -1 : 0;

@@ -15,6 +15,7 @@
 #include "util/buf.h"
 #include "util/ids.h"
 #include "util/opts.h"
+#include "util/str.h"
 #include "worker/engine.h"
 #include "worker/managed.h"
 
@@ -243,6 +244,40 @@ static void config_file_expands_before_flags(void **state)
     assert_non_null(strstr(err, "/nonexistent/x.conf"));
 }
 
+/* A line longer than the room left makes the buffer grow and is written
+ * whole; copies into fixed fields are cut, never overrun, and terminated. */
+static void buffer_growth_and_bounded_copies(void **state)
+{
+    (void)state;
+    buf b = {0};
+    char big[1000];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = 0;
+    for (int i = 0; i < 5; i++) assert_int_equal(buf_printf(&b, "%s|%d", big, i), 0);
+    assert_int_equal(b.len, 5 * (999 + 2));
+    assert_int_equal(b.data[999], '|');
+    assert_string_equal(b.data + b.len - 2, "|4");
+    buf_reset(&b);
+    buf_put_uint(&b, 0);
+    buf_puts(&b, " ");
+    buf_put_uint(&b, 18446744073709551615ull);
+    assert_string_equal(b.data, "0 18446744073709551615");
+    buf_free(&b);
+    char f[6];
+    memset(f, '#', sizeof f);
+    assert_int_equal(str_copy(f, sizeof f, "abcdefgh"), 5);
+    assert_string_equal(f, "abcde");
+    assert_int_equal(str_copy(f, sizeof f, NULL), 0);
+    assert_string_equal(f, "");
+    assert_int_equal(str_copy(f, sizeof f, "ab"), 2);
+    assert_string_equal(f, "ab");
+    assert_int_equal(str_copy_n(f, sizeof f, "xyz:rest", 3), 3);
+    assert_string_equal(f, "xyz");
+    assert_int_equal(str_copy_n(f, sizeof f, "0123456789", 10), 5);
+    assert_string_equal(f, "01234");
+    assert_int_equal(str_copy(f, 0, "abc"), 0);
+}
+
 static void buffers_and_ids(void **state)
 {
     (void)state;
@@ -297,6 +332,7 @@ int main(void)
         cmocka_unit_test(sizes_and_ints),
         cmocka_unit_test(config_file_expands_before_flags),
         cmocka_unit_test(buffers_and_ids),
+        cmocka_unit_test(buffer_growth_and_bounded_copies),
     };
     return cmocka_run_group_tests_name("parsers", tests, NULL, NULL);
 }
