@@ -71,6 +71,14 @@ void audit_db_close(audit_db *a)
 }
 
 
+/* Each row's texts live until its step and its bindings are cleared right
+ * after, so SQLite may read them in place instead of copying every body. */
+static void bind_static(sqlite3_stmt *st, int i, const char *v)
+{
+    if (v) sqlite3_bind_text(st, i, v, -1, SQLITE_STATIC);
+    else sqlite3_bind_null(st, i);
+}
+
 int audit_db_insert(audit_db *a, const audit_entry *const *e, int n)
 {
     int bad = 0;
@@ -78,18 +86,18 @@ int audit_db_insert(audit_db *a, const audit_entry *const *e, int n)
     sqlite3_exec(a->db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
     for (int i = 0; i < n; i++) {
         sqlite3_stmt *st = a->insert;
-        store_bind_text(st, 1, e[i]->request_id);
+        bind_static(st, 1, e[i]->request_id);
         sqlite3_bind_int64(st, 2, e[i]->ts_ms);
-        store_bind_text(st, 3, e[i]->method);
-        store_bind_text(st, 4, e[i]->path);
+        bind_static(st, 3, e[i]->method);
+        bind_static(st, 4, e[i]->path);
         sqlite3_bind_int(st, 5, e[i]->status);
         sqlite3_bind_int64(st, 6, e[i]->duration_us);
-        store_bind_text(st, 7, e[i]->owner ? e[i]->owner : "");
-        store_bind_text(st, 8, e[i]->task_id && *e[i]->task_id ? e[i]->task_id : NULL);
-        store_bind_text(st, 9, e[i]->request_body);
-        store_bind_text(st, 10, e[i]->response_body);
+        bind_static(st, 7, e[i]->owner ? e[i]->owner : "");
+        bind_static(st, 8, e[i]->task_id && *e[i]->task_id ? e[i]->task_id : NULL);
+        bind_static(st, 9, e[i]->request_body);
+        bind_static(st, 10, e[i]->response_body);
         sqlite3_bind_int(st, 11, e[i]->truncated);
-        store_bind_text(st, 12, e[i]->route_json);
+        bind_static(st, 12, e[i]->route_json);
         if (sqlite3_step(st) != SQLITE_DONE) bad++;
         sqlite3_reset(st);
         sqlite3_clear_bindings(st);
