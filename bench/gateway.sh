@@ -8,6 +8,8 @@
 #   direct   wrk -> engine                               (floor: no proxy at all)
 #   nginx2   wrk -> nginx -> nginx -> engine             (baseline: same hop count,
 #            two chained nginx reverse proxies with keepalive upstreams)
+# The three paths run back to back, ROUNDS times; each round's ratios are its
+# own, and the medians over the rounds are reported.
 # It prints req/s, p50 and p99 per path, then gateway/nginx2 and gateway/direct
 # throughput ratios (target: gateway/nginx2 >= 1.0x) and the p50 the gateway
 # adds over direct (target < 0.3 ms) and over the nginx chain.  Then, unless
@@ -16,20 +18,22 @@
 # stored tasks.
 #
 # Run:  bench/gateway.sh            (from anywhere; builds build-bench/gpupool if missing)
-# Env:  THREADS=2 CONNS=16 DURATION=10s WARMUP=3s  wrk settings, same for every path
+# Env:  THREADS=2 CONNS=16 DURATION=6s WARMUP=2s  wrk settings, same for every path
+#       ROUNDS=3        rounds of the three paths; medians of per-round figures
 #       SLOTS=64        simulator + worker slots (keep CONNS <= SLOTS: no queueing)
 #       NGINX_WORKERS=auto  worker_processes of each nginx
 #       PERF=1          also `perf record -g` the coordinator during the gateway run
 #       FOOTPRINT=0     skip the memory figures (bench/footprint.sh, about a minute)
 #       GPUPOOL=path    binary to use (default build-bench/gpupool)
 #       SERVE_ARGS="..." extra `gpupool serve` options (e.g. "--audit off" to compare)
-# Raw wrk outputs, logs and the perf data go to bench/out/ (gitignored).
+# Raw wrk outputs (one per path and round), logs and the perf data go to
+# bench/out/ (gitignored).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT="$ROOT/bench/out"
 BIN=${GPUPOOL:-$ROOT/build-bench/gpupool}
-THREADS=${THREADS:-2} CONNS=${CONNS:-16} DURATION=${DURATION:-10s} WARMUP=${WARMUP:-3s}
+THREADS=${THREADS:-2} CONNS=${CONNS:-16} DURATION=${DURATION:-6s} WARMUP=${WARMUP:-2s} ROUNDS=${ROUNDS:-3}
 SLOTS=${SLOTS:-64} NGINX_WORKERS=${NGINX_WORKERS:-auto} PERF=${PERF:-0} FOOTPRINT=${FOOTPRINT:-1}
 MODEL=sim-llama-8b TOKEN=bench-token
 [ "$CONNS" -le "$SLOTS" ] || echo "note: CONNS=$CONNS > SLOTS=$SLOTS, requests will queue" >&2
@@ -163,12 +167,18 @@ to_ms() { awk -v v="$1" 'BEGIN{ n=v+0; u=v; sub(/^[0-9.]+/,"",u);
   f=(u=="us")?0.001:(u=="ms")?1:(u=="s")?1000:(u=="m")?60000:-1;
   if (f<0) { print "nan"; exit 1 } printf "%.3f", n*f }'; }
 
+# One round runs the three paths back to back; the paths' figures are each
+# round's, and every ratio is taken within a round, then the median over the
+# rounds is reported: a neighbour's burst on a shared machine then spoils one
+# round, not the comparison.
 declare -A RPS P50 P99 ERRS
-run_path() { # name port
-  local url="http://127.0.0.1:$2/v1/chat/completions" f="$OUT/gateway-wrk-$1.txt"
+ROUND_LOG="$TMP/rounds"
+: >"$ROUND_LOG"
+run_path() { # name port round
+  local url="http://127.0.0.1:$2/v1/chat/completions" f="$OUT/gateway-wrk-$1-r$3.txt"
   wrk -t"$THREADS" -c"$CONNS" -d"$WARMUP" -s "$TMP/chat.lua" "$url" >/dev/null
   local perf_pid=""
-  if [ "$PERF" = 1 ] && [ "$1" = gateway ]; then
+  if [ "$PERF" = 1 ] && [ "$1" = gateway ] && [ "$3" = 1 ]; then
     perf record -g -o "$OUT/gateway-coord.perf.data" -p "$CPID" >/dev/null 2>&1 & perf_pid=$!
   fi
   wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency -s "$TMP/chat.lua" "$url" >"$f"
@@ -176,27 +186,37 @@ run_path() { # name port
   RPS[$1]=$(awk '/^Requests\/sec:/{print $2}' "$f")
   P50[$1]=$(to_ms "$(awk '$1=="50%"{print $2}' "$f")")
   P99[$1]=$(to_ms "$(awk '$1=="99%"{print $2}' "$f")")
-  ERRS[$1]=$(awk '/Non-2xx/{n+=$NF} /Socket errors/{gsub(/,/,""); n+=$4+$6+$8+$10} END{print n+0}' "$f")
+  ERRS[$1]=$(( ${ERRS[$1]:-0} + $(awk '/Non-2xx/{n+=$NF} /Socket errors/{gsub(/,/,""); n+=$4+$6+$8+$10} END{print n+0}' "$f") ))
   [ -n "${RPS[$1]}" ] || die "could not parse $f"
 }
-echo "wrk -t$THREADS -c$CONNS -d$DURATION (warm-up $WARMUP) per path; engine slots $SLOTS; $(nproc) CPUs"
-run_path gateway "$CPORT"
-run_path direct "$EPORT"
-run_path nginx2 "$NG_FRONT"
+echo "wrk -t$THREADS -c$CONNS -d$DURATION (warm-up $WARMUP) per path, $ROUNDS round(s); engine slots $SLOTS; $(nproc) CPUs"
+for r in $(seq "$ROUNDS"); do
+  run_path gateway "$CPORT" "$r"
+  run_path direct "$EPORT" "$r"
+  run_path nginx2 "$NG_FRONT" "$r"
+  echo "$r ${RPS[gateway]} ${P50[gateway]} ${P99[gateway]} ${RPS[direct]} ${P50[direct]} ${P99[direct]} ${RPS[nginx2]} ${P50[nginx2]} ${P99[nginx2]}" >>"$ROUND_LOG"
+  awk -v r="$r" -v g="${RPS[gateway]}" -v n="${RPS[nginx2]}" 'BEGIN{printf "round %d: gateway %.0f req/s, nginx chain %.0f req/s (%.2fx)\n", r, g, n, g/n}'
+done
 
 # --- report ------------------------------------------------------------------------
+# median COLUMN-EXPRESSION: the median over the rounds of an awk expression of
+# a round's fields ($2.. as written above).
+median() { awk "{print $1}" "$ROUND_LOG" | sort -g | awk '{v[NR]=$1} END{printf "%.3f", (NR%2)?v[(NR+1)/2]:(v[NR/2]+v[NR/2+1])/2}'; }
 {
-  printf '\n%-28s %12s %10s %10s %8s\n' path req/s p50_ms p99_ms errors
+  printf '\nmedians over %d round(s)\n%-28s %12s %10s %10s %8s\n' "$ROUNDS" path req/s p50_ms p99_ms errors
+  col=2
   for p in gateway direct nginx2; do
     case $p in gateway) d="coordinator->worker->engine";; direct) d="engine directly";; nginx2) d="nginx->nginx->engine";; esac
-    printf '%-28s %12.1f %10.3f %10.3f %8d\n' "$d" "${RPS[$p]}" "${P50[$p]}" "${P99[$p]}" "${ERRS[$p]}"
+    printf '%-28s %12.1f %10.3f %10.3f %8d\n' "$d" "$(median "\$$col")" "$(median "\$$((col + 1))")" \
+      "$(median "\$$((col + 2))")" "${ERRS[$p]}"
+    col=$((col + 3))
   done
-  awk -v g="${RPS[gateway]}" -v d="${RPS[direct]}" -v n="${RPS[nginx2]}" \
-      -v gp="${P50[gateway]}" -v dp="${P50[direct]}" -v np="${P50[nginx2]}" 'BEGIN{
-    printf "\nthroughput gateway/nginx-chain : %.2fx  (target >= 1.00x) %s\n", g/n, (g/n>=1)?"OK":"BELOW TARGET"
-    printf "throughput gateway/direct      : %.2fx\n", g/d
-    printf "p50 added over direct          : %+.3f ms (target < 0.300 ms) %s\n", gp-dp, (gp-dp<0.3)?"OK":"ABOVE TARGET"
-    printf "p50 added over nginx chain     : %+.3f ms\n", gp-np
+  gn=$(median '$2/$8') gd=$(median '$2/$5') add=$(median '$3-$6') addn=$(median '$3-$9')
+  awk -v gn="$gn" -v gd="$gd" -v add="$add" -v addn="$addn" 'BEGIN{
+    printf "\nthroughput gateway/nginx-chain : %.2fx  (target >= 1.00x) %s\n", gn, (gn>=1)?"OK":"BELOW TARGET"
+    printf "throughput gateway/direct      : %.2fx\n", gd
+    printf "p50 added over direct          : %+.3f ms (target < 0.300 ms) %s\n", add, (add<0.3)?"OK":"ABOVE TARGET"
+    printf "p50 added over nginx chain     : %+.3f ms\n", addn
   }'
 } | tee "$OUT/gateway-summary.txt"
 COORD_RSS=$(awk '$1=="VmRSS:"{print $2}' "/proc/$CPID/status" 2>/dev/null || echo 0)
