@@ -670,7 +670,8 @@ static int loops_wanted(void)
 
 /* Each connection's memory for request headers and buffers.  libmicrohttpd
  * zeroes all of it after every request, so its default (32 KB) costs more
- * than an answer on the proxy path; 16 KB still holds 8 KB of headers. */
+ * than an answer on the proxy path; 16 KB still takes about 15 KB of headers
+ * (docs/api.md: 431). */
 #define CONN_MEMORY ((size_t)16384)
 
 static struct MHD_Daemon *start_daemon(http_server *s, mhd_slot *m, unsigned flags, const struct sockaddr *sa, int listen_fd)

@@ -107,6 +107,33 @@ static void oversized_body(void **state)
     free(big);
 }
 
+/* Headers of 12 KB (long tokens, cookies) are served; 40 KB are refused
+ * with 431 and the server stays up. */
+static void large_and_oversized_headers(void **state)
+{
+    h_pool *p = *state;
+    size_t n = 40 * 1024;
+    char *h = malloc(n + 32);
+    int off = snprintf(h, 32, "X-Padding: ");
+    memset(h + off, 'a', n);
+    h[off + 12 * 1024] = 0;
+    const char *fits[] = {h, NULL};
+    h_resp r;
+    h_request(p, "POST", CHATP, "{\"model\":\"sim-llama-8b\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":2}", fits, &r);
+    assert_int_equal(r.status, 200);
+    h_resp_free(&r);
+    memset(h + off, 'a', n);
+    h[off + n] = 0;
+    const char *too_big[] = {h, NULL};
+    h_request(p, "GET", "/healthz", NULL, too_big, &r);
+    assert_int_equal(r.status, 431);
+    h_resp_free(&r);
+    free(h);
+    h_request(p, "GET", "/healthz", NULL, NULL, &r);
+    assert_int_equal(r.status, 200);
+    h_resp_free(&r);
+}
+
 /* After all of the above, earlier work is intact and the gateway serves. */
 static void nothing_lost_and_still_up(void **state)
 {
@@ -137,6 +164,7 @@ int main(void)
         cmocka_unit_test(wrong_types_and_missing_fields),
         cmocka_unit_test(unknown_model_endpoint_and_method),
         cmocka_unit_test(oversized_body),
+        cmocka_unit_test(large_and_oversized_headers),
         cmocka_unit_test(nothing_lost_and_still_up),
     };
     return cmocka_run_group_tests_name("e2e_badinput", tests, setup, h_pool_teardown);
