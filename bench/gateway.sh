@@ -97,7 +97,7 @@ wait_ok() {
 # Engine: one fast simulator that all three paths share.
 "$BIN" sim-engine --listen 127.0.0.1:0 --port-file "$TMP/eport" --ttft-ms 0 --tps 0 \
   --slots "$SLOTS" --model "$MODEL" >"$OUT/gateway-sim.log" 2>&1 &
-PIDS+=($!)
+EPID=$!; PIDS+=($EPID)
 EPORT=$(wait_port "$TMP/eport")
 wait_ok engine "http://127.0.0.1:$EPORT/v1/models" "$MODEL"
 
@@ -109,7 +109,7 @@ CPORT=$(wait_port "$TMP/cport")
 "$BIN" worker --coordinator "http://127.0.0.1:$CPORT" --join-token "$TOKEN" --listen 127.0.0.1:0 \
   --port-file "$TMP/wport" --engine "openai=http://127.0.0.1:$EPORT" --slots "$SLOTS" \
   >"$OUT/gateway-worker.log" 2>&1 &
-PIDS+=($!)
+WPID=$!; PIDS+=($WPID)
 wait_port "$TMP/wport" >/dev/null
 wait_ok coordinator "http://127.0.0.1:$CPORT/v1/models" "$MODEL"
 
@@ -146,7 +146,9 @@ EOF
   PIDS+=($!)
 }
 nginx_conf back "$NG_BACK" "$EPORT"
+NGB_PID=${PIDS[-1]}
 nginx_conf front "$NG_FRONT" "$NG_BACK"
+NGF_PID=${PIDS[-1]}
 wait_ok nginx-chain "http://127.0.0.1:$NG_FRONT/v1/models" "$MODEL"
 
 # --- load --------------------------------------------------------------------------
@@ -171,7 +173,19 @@ to_ms() { awk -v v="$1" 'BEGIN{ n=v+0; u=v; sub(/^[0-9.]+/,"",u);
 # round's, and every ratio is taken within a round, then the median over the
 # rounds is reported: a neighbour's burst on a shared machine then spoils one
 # round, not the comparison.
+# cpu_ticks PID: user + system time of the process (all its threads) and of
+# its children (nginx's workers), in clock ticks.
+cpu_ticks() {
+  local t=0 p
+  for p in "$1" $(pgrep -P "$1" 2>/dev/null); do
+    t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0)))
+  done
+  echo "$t"
+}
+TICK_US=$((1000000 / $(getconf CLK_TCK)))
+
 declare -A RPS P50 P99 ERRS
+declare -A CPU1 CPU2  # CPU microseconds per request of each path's two proxies
 ROUND_LOG="$TMP/rounds"
 : >"$ROUND_LOG"
 run_path() { # name port round
@@ -181,7 +195,16 @@ run_path() { # name port round
   if [ "$PERF" = 1 ] && [ "$1" = gateway ] && [ "$3" = 1 ]; then
     perf record -g -o "$OUT/gateway-coord.perf.data" -p "$CPID" >/dev/null 2>&1 & perf_pid=$!
   fi
+  local a=0 b=0
+  case $1 in gateway) a=$CPID b=$WPID;; nginx2) a=$NGF_PID b=$NGB_PID;; esac
+  local a0=0 b0=0
+  [ "$a" = 0 ] || { a0=$(cpu_ticks "$a"); b0=$(cpu_ticks "$b"); }
   wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency -s "$TMP/chat.lua" "$url" >"$f"
+  if [ "$a" != 0 ]; then
+    local n; n=$(awk '/requests in/{print $1; exit}' "$f")
+    CPU1[$1]=$(awk -v d=$(( $(cpu_ticks "$a") - a0 )) -v n="$n" -v t=$TICK_US 'BEGIN{printf "%.2f", n ? d*t/n : 0}')
+    CPU2[$1]=$(awk -v d=$(( $(cpu_ticks "$b") - b0 )) -v n="$n" -v t=$TICK_US 'BEGIN{printf "%.2f", n ? d*t/n : 0}')
+  fi
   if [ -n "$perf_pid" ]; then kill -INT "$perf_pid"; wait "$perf_pid" || true; fi
   RPS[$1]=$(awk '/^Requests\/sec:/{print $2}' "$f")
   P50[$1]=$(to_ms "$(awk '$1=="50%"{print $2}' "$f")")
@@ -194,7 +217,7 @@ for r in $(seq "$ROUNDS"); do
   run_path gateway "$CPORT" "$r"
   run_path direct "$EPORT" "$r"
   run_path nginx2 "$NG_FRONT" "$r"
-  echo "$r ${RPS[gateway]} ${P50[gateway]} ${P99[gateway]} ${RPS[direct]} ${P50[direct]} ${P99[direct]} ${RPS[nginx2]} ${P50[nginx2]} ${P99[nginx2]}" >>"$ROUND_LOG"
+  echo "$r ${RPS[gateway]} ${P50[gateway]} ${P99[gateway]} ${RPS[direct]} ${P50[direct]} ${P99[direct]} ${RPS[nginx2]} ${P50[nginx2]} ${P99[nginx2]} ${CPU1[gateway]} ${CPU2[gateway]} ${CPU1[nginx2]} ${CPU2[nginx2]}" >>"$ROUND_LOG"
   awk -v r="$r" -v g="${RPS[gateway]}" -v n="${RPS[nginx2]}" 'BEGIN{printf "round %d: gateway %.0f req/s, nginx chain %.0f req/s (%.2fx)\n", r, g, n, g/n}'
 done
 
@@ -212,6 +235,10 @@ median() { awk "{print $1}" "$ROUND_LOG" | sort -g | awk '{v[NR]=$1} END{printf 
     col=$((col + 3))
   done
   gn=$(median '$2/$8') gd=$(median '$2/$5') add=$(median '$3-$6') addn=$(median '$3-$9')
+  printf '\nCPU per request (user + system, all threads)\n'
+  printf '  coordinator %7.1f us + worker %7.1f us = %7.1f us\n' "$(median '$11')" "$(median '$12')" "$(median '$11+$12')"
+  printf '  nginx front %7.1f us + back   %7.1f us = %7.1f us\n' "$(median '$13')" "$(median '$14')" "$(median '$13+$14')"
+  printf '  gateway/nginx-chain          : %.2fx  (1.00x: the same CPU per request)\n' "$(median '($13+$14) ? ($11+$12)/($13+$14) : 0')"
   awk -v gn="$gn" -v gd="$gd" -v add="$add" -v addn="$addn" 'BEGIN{
     printf "\nthroughput gateway/nginx-chain : %.2fx  (target >= 1.00x) %s\n", gn, (gn>=1)?"OK":"BELOW TARGET"
     printf "throughput gateway/direct      : %.2fx\n", gd

@@ -135,6 +135,11 @@ static void wait_state(h_pool *p, const char *model, const char *node, const cha
     if (!h_wait_until(state_is, &w, 30000)) {
         char st[32];
         model_state(p, model, node, st, sizeof st);
+        /* What the coordinator knows of the nodes, for whoever reads a failure. */
+        h_resp r;
+        h_request(p, "GET", "/v1/nodes", NULL, NULL, &r);
+        fprintf(stderr, "GET /v1/nodes: %s\n", r.body ? r.body : "(none)");
+        h_resp_free(&r);
         fail_msg("%s on %s: state '%s', wanted '%s'", model, node, st, state);
     }
 }
