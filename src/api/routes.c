@@ -88,25 +88,36 @@ static int match(const char *tmpl, const char *path, char *id, size_t idlen, int
     return !*tmpl && !*path;
 }
 
+/* Which routes fit path, in one pass over the table: fit[i] for a route
+ * that serves it, templ[i] for a template among them.  A concrete path
+ * shadows a template that would also match it (/v1/tasks/poll is not the
+ * task "poll"), whatever the method. */
+static void fitting(const char *path, unsigned char *fit, unsigned char *templ)
+{
+    int concrete = 0;
+    for (size_t i = 0; i < NROUTES; i++) {
+        int t = 0, too_long = 0;
+        fit[i] = (unsigned char)match(ROUTES[i].path, path, NULL, 0, &t, &too_long);
+        templ[i] = (unsigned char)t;
+        if (fit[i] && !t) concrete = 1;
+    }
+    for (size_t i = 0; concrete && i < NROUTES; i++)
+        if (templ[i]) fit[i] = 0;
+}
+
 const api_route *api_route_find(const char *method, const char *path, char *id, size_t idlen, int *path_known)
 {
     *path_known = 0;
     if (id && idlen) id[0] = 0;
-    /* A concrete path shadows a template that would also match it
-     * (/v1/tasks/poll is not the task "poll"), whatever the method. */
-    int concrete_known = 0;
+    unsigned char fit[NROUTES], templ[NROUTES];
+    fitting(path, fit, templ);
     for (size_t i = 0; i < NROUTES; i++) {
-        int templated, too_long = 0;
-        if (match(ROUTES[i].path, path, NULL, 0, &templated, &too_long) && !templated) concrete_known = 1;
-    }
-    for (size_t i = 0; i < NROUTES; i++) {
-        int templated, too_long = 0;
-        if (!match(ROUTES[i].path, path, NULL, 0, &templated, &too_long)) continue;
-        if (templated && concrete_known) continue;
+        if (!fit[i]) continue;
         *path_known = 1;
         if (strcmp(ROUTES[i].method, method)) continue;
-        if (templated && id) {
-            match(ROUTES[i].path, path, id, idlen, &templated, &too_long);
+        if (templ[i] && id) {
+            int t, too_long = 0;
+            match(ROUTES[i].path, path, id, idlen, &t, &too_long);
             if (too_long) { *path_known = 0; return NULL; }
         }
         return &ROUTES[i];
@@ -118,14 +129,10 @@ size_t api_route_methods(const char *path, char *out, size_t len)
 {
     size_t n = 0;
     if (len) out[0] = 0;
-    int concrete_known = 0;
+    unsigned char fit[NROUTES], templ[NROUTES];
+    fitting(path, fit, templ);
     for (size_t i = 0; i < NROUTES; i++) {
-        int templated, too_long = 0;
-        if (match(ROUTES[i].path, path, NULL, 0, &templated, &too_long) && !templated) concrete_known = 1;
-    }
-    for (size_t i = 0; i < NROUTES; i++) {
-        int templated, too_long = 0;
-        if (!match(ROUTES[i].path, path, NULL, 0, &templated, &too_long) || (templated && concrete_known)) continue;
+        if (!fit[i]) continue;
         if (strstr(out, ROUTES[i].method)) continue;
         int w = snprintf(out + n, len > n ? len - n : 0, "%s%s", n ? ", " : "", ROUTES[i].method);
         if (w < 0 || (size_t)w >= (len > n ? len - n : 0)) break;
