@@ -262,6 +262,10 @@ static void buffer_growth_and_bounded_copies(void **state)
     buf_puts(&b, " ");
     buf_put_uint(&b, 18446744073709551615ull);
     assert_string_equal(b.data, "0 18446744073709551615");
+    buf_reset(&b);
+    const char raw[] = "say \"hi\"\\\n\t\x01 \xe6\x9c\xba";
+    assert_int_equal(buf_put_json_text(&b, raw, sizeof raw - 1), 0);
+    assert_string_equal(b.data, "say \\\"hi\\\"\\\\\\n\\u0009\\u0001 \xe6\x9c\xba");
     buf_free(&b);
     char f[6];
     memset(f, '#', sizeof f);
