@@ -83,13 +83,38 @@ static void cut_utf8(char *s, size_t cap)
     s[cap] = 0;
 }
 
-/* Whether the raw text shows nothing to redact and hides nothing from a
- * raw scan (no escapes), so parsing it would change nothing. */
+/* The text with the escapes that stand for one ASCII character (\" \\ \/
+ * \b \f \n \r \t) decoded, so that a scan sees what the strings say; NULL
+ * when it holds another escape (\u could spell anything) or memory ran out. */
+static char *decode_simple_escapes(const char *s, size_t len, size_t *out_len)
+{
+    static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
+    char *o = malloc(len + 1);
+    if (!o) return NULL;
+    size_t n = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] != '\\') { o[n++] = s[i]; continue; }
+        const char *k = ++i < len && s[i] ? strchr(from, s[i]) : NULL;
+        if (!k) { free(o); return NULL; }
+        o[n++] = to[k - from];
+    }
+    o[n] = 0;
+    *out_len = n;
+    return o;
+}
+
+/* Whether a scan of the whole text, its simple escapes decoded, finds
+ * nothing, so that parsing it and scanning each string would change
+ * nothing.  Model answers are full of \n: they keep this path. */
 static int raw_clean(const detect_rules *r, const char *body, size_t len)
 {
-    if (memchr(body, '\\', len)) return 0;
     detect_hit hit;
-    return detect_text(r, body, len, &hit, 1) == 0;
+    if (!memchr(body, '\\', len)) return detect_text(r, body, len, &hit, 1) == 0;
+    size_t n = 0;
+    char *text = decode_simple_escapes(body, len, &n);
+    int clean = text && detect_text(r, text, n, &hit, 1) == 0;
+    free(text);
+    return clean;
 }
 
 char *audit_redact_body(const detect_rules *r, const char *body, size_t len, int cut, size_t cap, int raw_scan,

@@ -24,8 +24,9 @@ int audit_request_id_ok(const char *id);
  * else is redacted as text.  *truncated is set when the result is not the
  * whole body.  NULL when memory ran out.
  * raw_scan says the rules hold no configured regex (which may be anchored to
- * a field's start or end), so that a JSON body without escapes in which a
- * scan of its raw text finds nothing may be kept as it is, unparsed. */
+ * a field's start or end), so that a JSON body without \u escapes in which a
+ * scan of its whole text, its one-character escapes (\n, \", ...) decoded,
+ * finds nothing may be kept as it is, unparsed. */
 char *audit_redact_body(const detect_rules *r, const char *body, size_t len, int cut, size_t cap, int raw_scan,
                         int *truncated);
 
