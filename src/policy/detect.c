@@ -306,7 +306,10 @@ static int scan_rule(const rule *ru, const char *text, size_t len, pcre2_match_d
         }
         size_t n = confirm(ru->check, text + s, e - s);
         if (n && hvec_push(cand, ru->name, s, n) < 0) return -1;
-        off = e;
+        /* Go on right after what was kept: a candidate that failed its check,
+         * or the groups a Luhn check dropped, may hold the start of a real
+         * one (1523-4111-1111-1111-1111 hides a card). */
+        off = n ? s + n : step(text, len, s);
     }
     return 0;
 }

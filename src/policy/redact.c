@@ -7,7 +7,7 @@
 #define MARK_OPEN  "[REDACTED:"
 #define MARK_CLOSE "]"
 
-char *redact_text(const detect_rules *r, const char *text, size_t len, size_t *out_len)
+static char *redact_once(const detect_rules *r, const char *text, size_t len, size_t *out_len)
 {
     /* Most texts have few hits: try a stack array before asking for more. */
     detect_hit few[32], *hits = few;
@@ -38,6 +38,29 @@ char *redact_text(const detect_rules *r, const char *text, size_t len, size_t *o
         if (out_len) *out_len = w;
     }
     if (hits != few) free(hits);
+    return o;
+}
+
+/* Passes until nothing is found: where two rules claim overlapping bytes one
+ * wins, and the loser's other bytes may hold a hit that shows only once the
+ * winner's are replaced.  A built-in hit's placeholder has no digit and no
+ * '@', so two or three passes end it; the bound is for configured rules that
+ * would match their own placeholders. */
+#define REDACT_PASSES 8
+
+char *redact_text(const detect_rules *r, const char *text, size_t len, size_t *out_len)
+{
+    size_t n = 0;
+    char *o = redact_once(r, text, len, &n);
+    for (int pass = 1; o && pass < REDACT_PASSES; pass++) {
+        detect_hit h;
+        int found = detect_text(r, o, n, &h, 1);
+        if (found == 0) break;
+        char *next = found > 0 ? redact_once(r, o, n, &n) : NULL;
+        free(o);
+        o = next;
+    }
+    if (o && out_len) *out_len = n;
     return o;
 }
 

@@ -10,8 +10,10 @@
 #include "policy/detect.h"
 
 /* A malloc'd, NUL-terminated copy of len bytes of text with each hit
- * replaced; *out_len (optional) gets its length, which matters only when the
- * text itself holds NUL bytes.  NULL when memory ran out. */
+ * replaced, and replaced again until a scan of the copy finds nothing (a hit
+ * that overlapped another one's bytes shows only then); *out_len (optional)
+ * gets its length, which matters only when the text itself holds NUL bytes.
+ * NULL when memory ran out. */
 char *redact_text(const detect_rules *r, const char *text, size_t len, size_t *out_len);
 
 /* A deep copy of an OpenAI body with every field detect_request scans

@@ -175,6 +175,21 @@ static void bank_cards(void **state)
     snprintf(t, sizeof t, "银行卡 %s 工行", g);
     expect_one(t, "bank_card", g);
     expect_one(c, "bank_card", c);
+    /* A card behind four digits: the longer candidate fails its check, and
+     * the card inside it is still found. */
+    char prefixed[64], hidden[32];
+    unsigned prefix = 1000;
+    for (; prefix < 10000; prefix++) {
+        int ok = 1;
+        for (int keep = 16; keep >= 4 && ok; keep -= 4) {
+            snprintf(hidden, sizeof hidden, "%u%.*s", prefix % 10000, keep, "4111111111111111");
+            ok = !luhn_valid(hidden);
+        }
+        if (ok) break;
+    }
+    assert_true(prefix < 10000);
+    snprintf(prefixed, sizeof prefixed, "ref %u-4111-1111-1111-1111 paid", prefix % 10000);
+    expect_one(prefixed, "bank_card", "4111-1111-1111-1111");
     expect_none("card 4111 1111 1111 1112");
     expect_none("4111111111111112");
     /* An ID that also passes Luhn is reported once, as an ID. */
@@ -308,6 +323,15 @@ static void redaction(void **state)
     r = redact_text(rules, "nothing here", 12, &n);
     assert_string_equal(r, "nothing here");
     assert_int_equal(n, 12);
+    free(r);
+    /* A hit that shows only once the one that overlapped it is replaced
+     * (a mobile number won the bytes a card's first groups shared with it):
+     * redacted too, so the copy holds nothing a scan would find. */
+    const char *shadowed = "{0555%2622-152-1523-5555-2622-1524-5555-1523-5}";
+    r = redact_text(rules, shadowed, strlen(shadowed), &n);
+    detect_hit left;
+    assert_int_equal(detect_text(rules, r, n, &left, 1), 0);
+    assert_non_null(strstr(r, "[REDACTED:bank_card]"));
     free(r);
     /* Many hits: past the stack array. */
     char many[2048] = "";
