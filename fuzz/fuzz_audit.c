@@ -19,12 +19,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static detect_rules *rules;
 
 /* Whether the detectors find anything where they look in a redacted body:
- * in each string of a JSON object or array (keys too, escapes decoded, as
- * the redaction sees them), or anywhere in any other body. */
+ * in each string and integer of a JSON object or array (keys too, escapes
+ * decoded, as the redaction sees them), or anywhere in any other body. */
 static int json_hit(const json_t *j)
 {
     detect_hit h;
     if (json_is_string(j)) return detect_text(rules, json_string_value(j), json_string_length(j), &h, 1) > 0;
+    if (json_is_integer(j)) { /* the audit redacts numbers too (a phone sent as one) */
+        char num[32];
+        int n = snprintf(num, sizeof num, "%" JSON_INTEGER_FORMAT, json_integer_value(j));
+        return detect_text(rules, num, (size_t)n, &h, 1) > 0;
+    }
     const char *k;
     json_t *v;
     size_t i;
