@@ -11,7 +11,7 @@ SECS=${1:-${FUZZ_SECONDS:-60}}
 CORPUS=$OUT/corpus-apps
 mkdir -p "$CORPUS"
 fuzz_find_cc fuzz/run_apps.sh
-fuzz_build apps "src/apps/appcfg.c src/apps/cond.c src/apps/jschema.c src/apps/stage.c src/apps/template.c src/util/buf.c" \
+fuzz_build apps "src/apps/appcfg.c src/apps/cond.c src/apps/jschema.c src/apps/stage.c src/apps/template.c src/util/buf.c src/util/str.c" \
     "jansson"
 
 seed() { printf '%s' "$2" >"$CORPUS/seed-$1"; }

@@ -11,7 +11,7 @@ SECS=${1:-${FUZZ_SECONDS:-60}}
 CORPUS=$OUT/corpus-cache
 mkdir -p "$CORPUS"
 fuzz_find_cc fuzz/run_cache.sh
-fuzz_build cache "src/policy/embed.c src/policy/cache_key.c src/policy/cache_replay.c src/util/buf.c" "jansson libcrypto" -lm
+fuzz_build cache "src/policy/embed.c src/policy/cache_key.c src/policy/cache_replay.c src/util/buf.c src/util/str.c" "jansson libcrypto" -lm
 
 # Seeds: mixed scripts, contractions, numerals, a chat body, a stream.
 seed() { printf '%s' "$2" >"$CORPUS/seed-$1"; }

@@ -11,7 +11,7 @@ SECS=${1:-${FUZZ_SECONDS:-60}}
 CORPUS=$OUT/corpus-wire
 mkdir -p "$CORPUS"
 fuzz_find_cc fuzz/run_wire.sh
-fuzz_build wire "src/http/wire.c src/util/buf.c" "jansson"
+fuzz_build wire "src/http/wire.c src/util/buf.c src/util/str.c" "jansson"
 
 # Seeds (the first byte picks how the rest is split).
 seed() { printf "$2" >"$CORPUS/seed-$1"; }
