@@ -17,9 +17,13 @@
 #define MAX_ATTEMPTS 8
 #define BATCH 128
 #define PRUNE_EVERY_MS (10 * 60 * 1000)
-/* The writer wakes this often, or when the queue is half full: a wake-up
- * per request would cost the request's thread a futex call and the writer
- * a transaction per record. */
+/* The writer wakes when WAKE_AT records wait, or WRITE_EVERY_MS (cfg.nap_ms)
+ * after its last round for the few that came since.  A wake-up per record would cost
+ * the request's thread a futex call and the writer a transaction per record;
+ * waking only by time lets a busy gateway pile up hundreds of records, whose
+ * redaction and insert then hold a core for milliseconds and become the
+ * requests' p99. */
+#define WAKE_AT 32
 #define WRITE_EVERY_MS 50
 
 typedef struct attempt {
@@ -57,6 +61,7 @@ struct auditor {
     pthread_cond_t cv;
     note **ring;
     int head, count, stopping;
+    int wake_at;     /* WAKE_AT, or half of a smaller queue */
     pthread_t thread;
     atomic_ullong written, dropped;
     /* The writer's own: stream texts that came before their record (a
@@ -103,7 +108,7 @@ static void push(auditor *a, note *n)
     }
     a->ring[(a->head + a->count) % a->cfg.queue_max] = n;
     a->count++;
-    if (a->count == a->cfg.queue_max / 2 + 1) pthread_cond_signal(&a->cv);
+    if (a->count == a->wake_at) pthread_cond_signal(&a->cv);
     pthread_mutex_unlock(&a->mu);
 }
 
@@ -325,10 +330,11 @@ static void *writer(void *arg)
     prune(a);
     pthread_mutex_lock(&a->mu);
     for (;;) {
-        if (a->count < BATCH && !a->stopping) {
+        if (a->count < a->wake_at && !a->stopping) {
             struct timespec ts;
             clock_gettime(CLOCK_MONOTONIC, &ts);
-            ts.tv_nsec += WRITE_EVERY_MS * 1000000L;
+            ts.tv_sec += a->cfg.nap_ms / 1000;
+            ts.tv_nsec += (a->cfg.nap_ms % 1000) * 1000000L;
             if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
             pthread_cond_timedwait(&a->cv, &a->mu, &ts);
         }
@@ -363,6 +369,8 @@ auditor *auditor_start(audit_db *db, const detect_rules *rules, const audit_cfg 
     a->rules = rules;
     a->cfg = *cfg;
     if (a->cfg.queue_max < 1) a->cfg.queue_max = 4096;
+    if (a->cfg.nap_ms < 1) a->cfg.nap_ms = WRITE_EVERY_MS;
+    a->wake_at = a->cfg.queue_max / 2 + 1 < WAKE_AT ? a->cfg.queue_max / 2 + 1 : WAKE_AT;
     a->ring = calloc((size_t)a->cfg.queue_max, sizeof *a->ring);
     pthread_mutex_init(&a->mu, NULL);
     pthread_condattr_t ca;

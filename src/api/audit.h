@@ -23,6 +23,7 @@ typedef struct audit_cfg {
     size_t body_max;     /* bytes kept of each body */
     int queue_max;       /* records that may wait for the writer */
     int raw_scan;        /* no configured regex: see audit_redact_body */
+    int nap_ms;          /* the writer's longest wait for a few records; 0 = 50 */
 } audit_cfg;
 
 /* Starts the writer over db (which it then owns).  NULL on failure. */

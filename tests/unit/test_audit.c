@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "api/audit.h"
@@ -261,13 +262,76 @@ static void full_queue_drops(void **state)
     audit_cfg cfg = {.days = 1, .body_max = 1024, .queue_max = 2, .raw_scan = 1};
     auditor *a = auditor_start(db, rules, &cfg);
     assert_non_null(a);
-    /* far faster than a writer that wakes every 50 ms can take them */
+    /* far faster than the writer can take them */
     for (int i = 0; i < 20000; i++) audit_stream_done(a, "req_x", "text", 4, 1);
     uint64_t written, dropped;
     auditor_counts(a, &written, &dropped);
     assert_true(dropped > 0);
     assert_true(dropped < 20000);
     auditor_stop(a);
+    store_close(st);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+static int response_is(audit_db *db, const char *id, const char *want)
+{
+    audit_query q = {.request_id = id, .limit = 1};
+    json_t *j = audit_db_query(db, &q);
+    const char *got = json_string_value(json_object_get(json_array_get(j, 0), "response_body"));
+    int same = got && !strcmp(got, want);
+    json_decref(j);
+    return same;
+}
+
+/* The writer wakes for 32 waiting records, not only on its timer, so a busy
+ * gateway never piles up hundreds of them for one long round; fewer wait for
+ * the timer (a minute here) or the stop. */
+static void writer_wakes_for_a_batch(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/gpupool-auditw-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char err[256], id[32];
+    store *st = store_open(dir, err, sizeof err);
+    audit_db *db = audit_db_open(dir, err, sizeof err);
+    assert_non_null(db);
+    audit_entry e[40];
+    char ids[40][32];
+    const audit_entry *rows[40];
+    for (int i = 0; i < 40; i++) {
+        snprintf(ids[i], sizeof ids[i], "req_%d", i);
+        e[i] = (audit_entry){.request_id = ids[i], .ts_ms = (int64_t)time(NULL) * 1000, .method = "POST", .path = "/v1/chat/completions",
+                             .status = 200, .response_body = "head"};
+        rows[i] = &e[i];
+    }
+    assert_int_equal(audit_db_insert(db, rows, 40), 0);
+    audit_cfg cfg = {.days = 1, .body_max = 1024, .queue_max = 1024, .raw_scan = 1, .nap_ms = 60000};
+    auditor *a = auditor_start(db, rules, &cfg);
+    assert_non_null(a);
+    for (int i = 0; i < 31; i++) {
+        snprintf(id, sizeof id, "req_%d", i);
+        audit_stream_done(a, id, "text", 4, 1);
+    }
+    usleep(300 * 1000);
+    assert_true(response_is(db, "req_0", "head"));
+    audit_stream_done(a, "req_31", "text", 4, 1);
+    int done = 0;
+    for (int t = 0; t < 1000 && !done; t++) {
+        done = response_is(db, "req_31", "text") && response_is(db, "req_0", "text");
+        if (!done) usleep(10 * 1000);
+    }
+    assert_true(done);
+    audit_stream_done(a, "req_32", "text", 4, 1);
+    usleep(100 * 1000);
+    assert_true(response_is(db, "req_32", "head"));
+    auditor_stop(a); /* writes what waits, and closes db */
+    db = audit_db_open(dir, err, sizeof err);
+    assert_non_null(db);
+    assert_true(response_is(db, "req_32", "text"));
+    assert_true(response_is(db, "req_33", "head"));
+    audit_db_close(db);
     store_close(st);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
@@ -285,6 +349,7 @@ int main(void)
         cmocka_unit_test(since),
         cmocka_unit_test(store_roundtrip),
         cmocka_unit_test(full_queue_drops),
+        cmocka_unit_test(writer_wakes_for_a_batch),
     };
     return cmocka_run_group_tests_name("audit", tests, setup, teardown);
 }
