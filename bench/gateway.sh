@@ -12,7 +12,12 @@
 # own, and the medians over the rounds are reported.
 # It prints req/s, p50 and p99 per path, then gateway/nginx2 and gateway/direct
 # throughput ratios (target: gateway/nginx2 >= 1.0x) and the p50 the gateway
-# adds over direct (target < 0.3 ms) and over the nginx chain.  Then, unless
+# adds over direct (target < 0.3 ms) and over the nginx chain, twice:
+#   - at one connection (LAT_CONNS), where nothing queues, so the p50 added is
+#     what each request pays for the two hops;
+#   - under the saturating load (CONNS), where each path's p50 is mostly
+#     waiting behind the other connections: CONNS / throughput.
+# Then, unless
 # FOOTPRINT=0, the coordinator's memory: its RSS right after the load, and
 # bench/footprint.sh's figures with 100 registered simulated nodes and 10,000
 # stored tasks.
@@ -20,6 +25,7 @@
 # Run:  bench/gateway.sh            (from anywhere; builds build-bench/gpupool if missing)
 # Env:  THREADS=2 CONNS=16 DURATION=6s WARMUP=2s  wrk settings, same for every path
 #       ROUNDS=3        rounds of the three paths; medians of per-round figures
+#       LAT_CONNS=1 LAT_DURATION=3s  the light-load latency run of each path and round
 #       SLOTS=64        simulator + worker slots (keep CONNS <= SLOTS: no queueing)
 #       NGINX_WORKERS=auto  worker_processes of each nginx
 #       PERF=1          also `perf record -g` the coordinator during the gateway run
@@ -34,6 +40,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT="$ROOT/bench/out"
 BIN=${GPUPOOL:-$ROOT/build-bench/gpupool}
 THREADS=${THREADS:-2} CONNS=${CONNS:-16} DURATION=${DURATION:-6s} WARMUP=${WARMUP:-2s} ROUNDS=${ROUNDS:-3}
+LAT_CONNS=${LAT_CONNS:-1} LAT_DURATION=${LAT_DURATION:-3s}
 SLOTS=${SLOTS:-64} NGINX_WORKERS=${NGINX_WORKERS:-auto} PERF=${PERF:-0} FOOTPRINT=${FOOTPRINT:-1}
 MODEL=sim-llama-8b TOKEN=bench-token
 [ "$CONNS" -le "$SLOTS" ] || echo "note: CONNS=$CONNS > SLOTS=$SLOTS, requests will queue" >&2
@@ -157,8 +164,9 @@ wrk.method = "POST"
 wrk.body = '{"model":"$MODEL","messages":[{"role":"user","content":"hi"}],"max_tokens":1}'
 wrk.headers["Content-Type"] = "application/json"
 EOF
+port_of() { case $1 in gateway) echo "$CPORT";; direct) echo "$EPORT";; nginx2) echo "$NG_FRONT";; esac; }
 for path in gateway direct nginx2; do  # each must answer a chat before we load it
-  case $path in gateway) p=$CPORT;; direct) p=$EPORT;; nginx2) p=$NG_FRONT;; esac
+  p=$(port_of $path)
   curl -fsS --max-time 5 -H 'Content-Type: application/json' \
     -d "{\"model\":\"$MODEL\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":1}" \
     "http://127.0.0.1:$p/v1/chat/completions" >/dev/null || die "$path does not answer chats"
@@ -212,12 +220,20 @@ run_path() { # name port round
   ERRS[$1]=$(( ${ERRS[$1]:-0} + $(awk '/Non-2xx/{n+=$NF} /Socket errors/{gsub(/,/,""); n+=$4+$6+$8+$10} END{print n+0}' "$f") ))
   [ -n "${RPS[$1]}" ] || die "could not parse $f"
 }
-echo "wrk -t$THREADS -c$CONNS -d$DURATION (warm-up $WARMUP) per path, $ROUNDS round(s); engine slots $SLOTS; $(nproc) CPUs"
+declare -A L50 L99
+run_light() { # name port round: latency at LAT_CONNS connections, one wrk thread
+  local url="http://127.0.0.1:$2/v1/chat/completions" f="$OUT/gateway-wrk-$1-light-r$3.txt"
+  wrk -t1 -c"$LAT_CONNS" -d1s -s "$TMP/chat.lua" "$url" >/dev/null
+  wrk -t1 -c"$LAT_CONNS" -d"$LAT_DURATION" --latency -s "$TMP/chat.lua" "$url" >"$f"
+  L50[$1]=$(to_ms "$(awk '$1=="50%"{print $2}' "$f")")
+  L99[$1]=$(to_ms "$(awk '$1=="99%"{print $2}' "$f")")
+  ERRS[$1]=$(( ${ERRS[$1]:-0} + $(awk '/Non-2xx/{n+=$NF} /Socket errors/{gsub(/,/,""); n+=$4+$6+$8+$10} END{print n+0}' "$f") ))
+}
+echo "wrk -t$THREADS -c$CONNS -d$DURATION (warm-up $WARMUP) per path, then -t1 -c$LAT_CONNS -d$LAT_DURATION; $ROUNDS round(s); engine slots $SLOTS; $(nproc) CPUs"
 for r in $(seq "$ROUNDS"); do
-  run_path gateway "$CPORT" "$r"
-  run_path direct "$EPORT" "$r"
-  run_path nginx2 "$NG_FRONT" "$r"
-  echo "$r ${RPS[gateway]} ${P50[gateway]} ${P99[gateway]} ${RPS[direct]} ${P50[direct]} ${P99[direct]} ${RPS[nginx2]} ${P50[nginx2]} ${P99[nginx2]} ${CPU1[gateway]} ${CPU2[gateway]} ${CPU1[nginx2]} ${CPU2[nginx2]}" >>"$ROUND_LOG"
+  for p in gateway direct nginx2; do run_path $p "$(port_of $p)" "$r"; done
+  for p in gateway direct nginx2; do run_light $p "$(port_of $p)" "$r"; done
+  echo "$r ${RPS[gateway]} ${P50[gateway]} ${P99[gateway]} ${RPS[direct]} ${P50[direct]} ${P99[direct]} ${RPS[nginx2]} ${P50[nginx2]} ${P99[nginx2]} ${CPU1[gateway]} ${CPU2[gateway]} ${CPU1[nginx2]} ${CPU2[nginx2]} ${L50[gateway]} ${L99[gateway]} ${L50[direct]} ${L99[direct]} ${L50[nginx2]} ${L99[nginx2]}" >>"$ROUND_LOG"
   awk -v r="$r" -v g="${RPS[gateway]}" -v n="${RPS[nginx2]}" 'BEGIN{printf "round %d: gateway %.0f req/s, nginx chain %.0f req/s (%.2fx)\n", r, g, n, g/n}'
 done
 
@@ -234,16 +250,24 @@ median() { awk "{print $1}" "$ROUND_LOG" | sort -g | awk '{v[NR]=$1} END{printf 
       "$(median "\$$((col + 2))")" "${ERRS[$p]}"
     col=$((col + 3))
   done
+  printf '\nlatency at %d connection(s), nothing queued\n%-28s %10s %10s\n' "$LAT_CONNS" path p50_ms p99_ms
+  col=15
+  for d in "coordinator->worker->engine" "engine directly" "nginx->nginx->engine"; do
+    printf '%-28s %10.3f %10.3f\n' "$d" "$(median "\$$col")" "$(median "\$$((col + 1))")"
+    col=$((col + 2))
+  done
   gn=$(median '$2/$8') gd=$(median '$2/$5') add=$(median '$3-$6') addn=$(median '$3-$9')
+  ladd=$(median '$15-$17') laddn=$(median '$19-$17')
   printf '\nCPU per request (user + system, all threads)\n'
   printf '  coordinator %7.1f us + worker %7.1f us = %7.1f us\n' "$(median '$11')" "$(median '$12')" "$(median '$11+$12')"
   printf '  nginx front %7.1f us + back   %7.1f us = %7.1f us\n' "$(median '$13')" "$(median '$14')" "$(median '$13+$14')"
   printf '  gateway/nginx-chain          : %.2fx  (1.00x: the same CPU per request)\n' "$(median '($13+$14) ? ($11+$12)/($13+$14) : 0')"
-  awk -v gn="$gn" -v gd="$gd" -v add="$add" -v addn="$addn" 'BEGIN{
+  awk -v gn="$gn" -v gd="$gd" -v add="$add" -v addn="$addn" -v ladd="$ladd" -v laddn="$laddn" \
+      -v lc="$LAT_CONNS" -v c="$CONNS" 'BEGIN{
     printf "\nthroughput gateway/nginx-chain : %.2fx  (target >= 1.00x) %s\n", gn, (gn>=1)?"OK":"BELOW TARGET"
     printf "throughput gateway/direct      : %.2fx\n", gd
-    printf "p50 added over direct          : %+.3f ms (target < 0.300 ms) %s\n", add, (add<0.3)?"OK":"ABOVE TARGET"
-    printf "p50 added over nginx chain     : %+.3f ms\n", addn
+    printf "p50 added over direct, %d conn : %+.3f ms (target < 0.300 ms) %s; nginx chain adds %+.3f ms\n", lc, ladd, (ladd<0.3)?"OK":"ABOVE TARGET", laddn
+    printf "p50 added over direct, %d conns: %+.3f ms (target < 0.300 ms) %s; nginx chain adds %+.3f ms\n", c, add, (add<0.3)?"OK":"ABOVE TARGET", addn
   }'
 } | tee "$OUT/gateway-summary.txt"
 COORD_RSS=$(awk '$1=="VmRSS:"{print $2}' "/proc/$CPID/status" 2>/dev/null || echo 0)
