@@ -17,12 +17,13 @@
 static const char ALLOW_HEADERS[] =
     "Authorization, Content-Type, Accept, Idempotency-Key, X-Requested-With, X-Gpupool-Envelope, "
     "X-Gpupool-Case, X-Gpupool-Priority, X-Gpupool-Continue, X-Gpupool-Sensitivity, Cache-Control, "
-    "X-Gpupool-Session";
+    "X-Gpupool-Session, X-Gpupool-Track, X-Gpupool-Urgency, X-Request-Id";
 /* Answer headers a page's script may read (beyond the always-safe ones). */
 static const char EXPOSE_HEADERS[] =
     "X-Gpupool-Node, X-Gpupool-Route, X-Gpupool-Task, X-Gpupool-Simulated, X-Gpupool-Status, "
     "X-Gpupool-Sensitivity, X-Gpupool-Cache, Age, Retry-After, Idempotent-Replayed, X-Gpupool-Session, "
-    "X-Gpupool-Session-Dropped";
+    "X-Gpupool-Session-Dropped, X-Gpupool-Version, X-Gpupool-Batch, X-Gpupool-Batch-Status, X-Gpupool-Run, "
+    "X-Request-Id";
 
 int lowcode_origin_normalise(const char *in, char *out, size_t outlen, char *err, size_t errlen)
 {

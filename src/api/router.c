@@ -86,7 +86,7 @@ static metrics_route route_and_run(coord *c, http_req *req)
     if (rt->auth == AUTH_CLIENT && !authorized(c, req)) return rt->metric;
     if (rt->auth == AUTH_ADMIN && !admin_authorized(c, req)) return rt->metric;
     switch (rt->op) {
-    case OP_HEALTH: http_respond_text(req, 200, "{\"status\":\"ok\"}"); break;
+    case OP_HEALTH: http_respond(req, 200, "application/json", "{\"status\":\"ok\"}", 15); break;
     case OP_METRICS: api_metrics(c, req); break;
     case OP_OPENAPI: api_openapi_serve(req); break;
     case OP_REGISTER: api_register(c, req); break;

@@ -235,6 +235,13 @@ static void errors_in_the_envelope(void **state)
     assert_string_equal(str_at(r.json, "error", "code"), "invalid_api_key");
     assert_string_equal(hdr(&r, "Access-Control-Allow-Origin"), PAGE);
     h_resp_free(&r);
+    /* /healthz is JSON, so it is wrapped too. */
+    xhr(p, "GET", "/healthz", PAGE, NULL, NULL, nokey, &r);
+    assert_int_equal(r.status, 200);
+    assert_non_null(strstr(hdr(&r, "Content-Type"), "application/json"));
+    assert_true(json_is_true(json_object_get(r.json, "ok")));
+    assert_string_equal(str_at(r.json, "data", "status"), "ok");
+    h_resp_free(&r);
     /* Without the envelope the status is the real one. */
     static const char *const plain[] = {"Authorization: Bearer " KEY, NULL};
     xhr(p, "GET", "/v1/tasks/poll?id=task_nope", PAGE, NULL, NULL, plain, &r);
