@@ -34,7 +34,7 @@ static void task_outcome(void *rollouts, const char *model, int ok, double total
     rollout_table_model_outcome(rollouts, model, !ok, total_ms);
 }
 
-/* --cloud NAME=URL,models=M1|M2,key-env=VAR[,slots=N][,price-in=X,price-out=Y]:
+/* --cloud NAME=URL,models=M1|M2[,key-env=VAR][,slots=N][,price-in=X,price-out=Y]:
  * registers the backend and its prices. */
 static int add_cloud(registry *reg, track_cfg *track, const char *spec, int64_t now)
 {

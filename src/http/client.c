@@ -146,7 +146,7 @@ static void setup(call_state *st, const http_call_opts *o)
         snprintf(line, sizeof line, "Content-Type: %s", o->content_type ? o->content_type : "application/json");
         hl = curl_slist_append(hl, line);
     }
-    if (o->bearer) {
+    if (o->bearer && *o->bearer) { /* an empty one (a backend without a key): none */
         snprintf(line, sizeof line, "Authorization: Bearer %s", o->bearer);
         hl = curl_slist_append(hl, line);
     }

@@ -16,7 +16,7 @@ typedef struct http_call_opts {
     const char *body;
     size_t body_len;
     const char *content_type;    /* default application/json when body is set */
-    const char *bearer;          /* Authorization: Bearer ... */
+    const char *bearer;          /* Authorization: Bearer ...; NULL or "": none */
     const char *const *headers;  /* extra "Name: value" lines, NULL-terminated */
     long timeout_ms;             /* whole call; 0 = none */
     long connect_timeout_ms;     /* 0 = 3000 */

@@ -456,7 +456,7 @@ int upstream_call(const http_call_opts *o, http_async_done done, void *ctx)
     if (o->body)
         bad |= buf_puts(h, "Content-Type: ") | buf_puts(h, o->content_type ? o->content_type : "application/json") |
                buf_puts(h, "\r\n");
-    if (o->bearer) bad |= buf_puts(h, "Authorization: Bearer ") | buf_puts(h, o->bearer) | buf_puts(h, "\r\n");
+    if (o->bearer && *o->bearer) bad |= buf_puts(h, "Authorization: Bearer ") | buf_puts(h, o->bearer) | buf_puts(h, "\r\n");
     for (const char *const *x = o->headers; x && *x; x++) {
         if (strpbrk(*x, "\r\n")) { call_free(c); return 1; }
         bad |= buf_puts(h, *x) | buf_puts(h, "\r\n");
