@@ -18,6 +18,7 @@ typedef struct rule {
     char name[32];
     enum check check;
     int needs_at; /* e-mail: text without '@' is skipped with one memchr */
+    int min_digits; /* a number: skipped when detect_digit_stretch is smaller */
 } rule;
 
 struct detect_rules {
@@ -33,27 +34,46 @@ struct detect_rules {
 static const struct builtin {
     const char *name;
     enum check check;
+    /* Every match is one stretch of digits, spaces, '-' and '+' (an id's
+     * final X ends it) with at least this many digits: 17 for an id, 11 for
+     * a mobile number, 13 for a card.  0: no such bound. */
+    int min_digits;
     const char *pattern;
 } builtins[] = {
-    {"cn_resident_id", CHECK_RESIDENT_ID, "(?<![0-9])[1-9][0-9]{16}[0-9Xx](?![0-9])"},
+    {"cn_resident_id", CHECK_RESIDENT_ID, 17, "(?<![0-9])[1-9][0-9]{16}[0-9Xx](?![0-9])"},
     /* 11 digits 1[3-9]..., optional +86/0086/86, plain or 3-4-4 with one
      * consistent separator. */
-    {"cn_mobile", CHECK_NONE,
+    {"cn_mobile", CHECK_NONE, 11,
      "(?<![0-9])(?:(?:\\+|00)?86[ -]?)?1[3-9][0-9](?:[0-9]{8}|([ -])[0-9]{4}\\1[0-9]{4})(?![0-9])"},
     /* Contiguous, or the groupings cards are printed in (4-4-4-4[-3], 4-6-5,
      * 4-6-4) with one consistent separator; free-form separators would turn
      * "2024-11-29 1234..." into candidates. */
-    {"bank_card", CHECK_LUHN,
+    {"bank_card", CHECK_LUHN, 13,
      "(?<![0-9])(?:[0-9]{13,19}"
      "|[0-9]{4}([ -])[0-9]{4}\\1[0-9]{4}\\1[0-9]{1,4}(?:\\1[0-9]{1,4})?"
      "|[0-9]{4}([ -])[0-9]{6}\\2[0-9]{4,5})(?![0-9])"},
-    {"email", CHECK_NONE,
+    {"email", CHECK_NONE, 0,
      "(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\\.[A-Za-z0-9-]+)*"
      "\\.[A-Za-z]{2,63}(?![A-Za-z0-9-])"},
 };
 enum { N_BUILTIN = sizeof builtins / sizeof builtins[0] };
 
 const char *detect_builtin_pattern(size_t i) { return i < N_BUILTIN ? builtins[i].pattern : NULL; }
+int detect_builtin_min_digits(size_t i) { return i < N_BUILTIN ? builtins[i].min_digits : 0; }
+
+int detect_digit_stretch(const char *s, size_t len)
+{
+    int best = 0, run = 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if ((unsigned)(c - '0') < 10u) {
+            if (++run > best) best = run;
+        } else if (c != ' ' && c != '-' && c != '+') {
+            run = 0;
+        }
+    }
+    return best;
+}
 
 /* Configured text is UTF-8: caseless matching must fold beyond ASCII, and
  * MATCH_INVALID_UTF makes arbitrary request bytes safe to scan. */
@@ -155,6 +175,7 @@ detect_rules *detect_rules_new(const char *const *keywords, const char *const *r
         snprintf(ru->name, sizeof ru->name, "%s", builtins[i].name);
         ru->check = builtins[i].check;
         ru->needs_at = !strcmp(ru->name, "email");
+        ru->min_digits = builtins[i].min_digits;
         r->n++;
     }
     if (nkw) {
@@ -321,8 +342,12 @@ static int collect(const detect_rules *r, const char *text, size_t len, hvec *ac
     pcre2_match_data *md = pcre2_match_data_create(1, NULL);
     int rc = md ? 0 : -1;
     int has_at = len && memchr(text, '@', len) != NULL;
+    /* Most text (prose, an answer's JSON around it) has no number long enough
+     * for any built-in: one pass here saves their three scans. */
+    int digits = detect_digit_stretch(text, len);
     for (int i = 0; i < r->n && rc == 0; i++) {
         if (r->rules[i].needs_at && !has_at) continue;
+        if (digits < r->rules[i].min_digits) continue;
         cand.n = 0;
         rc = scan_rule(&r->rules[i], text, len, md, &cand);
         if (rc || !cand.n) continue;

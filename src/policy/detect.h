@@ -23,6 +23,12 @@ void detect_rules_free(detect_rules *r);
  * as Luhn's, confirms a match), for comparing with other tools; NULL past
  * the last.  Compiled without UTF: they match bytes. */
 const char *detect_builtin_pattern(size_t i);
+/* The fewest digits a match of built-in i holds within one stretch of
+ * digits, spaces, '-' and '+'; 0 when there is no such bound.  Text whose
+ * detect_digit_stretch is smaller cannot match it, and is not scanned for it. */
+int detect_builtin_min_digits(size_t i);
+/* The most digits in one stretch of digits, spaces, '-' and '+' of s. */
+int detect_digit_stretch(const char *s, size_t len);
 
 /* rule is one of "cn_resident_id", "cn_mobile", "bank_card", "email",
  * "keyword", "regex:<index in the config list>"; it points into the rules and

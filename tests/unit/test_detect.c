@@ -11,6 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
 #include "policy/detect.h"
 #include "policy/redact.h"
 
@@ -202,6 +205,52 @@ static void bank_cards(void **state)
         found = id[17] != 'X' && luhn_valid(id);
     }
     assert_true(found);
+    expect_one(id, "cn_resident_id", id);
+}
+
+/* A built-in is skipped for text whose longest stretch of digits, spaces,
+ * '-' and '+' holds fewer digits than any of its matches needs.  The bound
+ * is checked here against the patterns themselves: wherever one matches, the
+ * stretch is at least its bound (and fuzz_detect checks it on any bytes). */
+static void number_prefilter(void **state)
+{
+    (void)state;
+    assert_int_equal(detect_digit_stretch("", 0), 0);
+    assert_int_equal(detect_digit_stretch("no digits here", 14), 0);
+    const char *t = "created:1796131782, id c31f1ffd5f97604a";
+    assert_int_equal(detect_digit_stretch(t, strlen(t)), 10);
+    t = "tel: +86 138-0013-8000.";
+    assert_int_equal(detect_digit_stretch(t, strlen(t)), 13);
+    t = "号是11010519491231002X，";
+    assert_int_equal(detect_digit_stretch(t, strlen(t)), 17);
+    static const char *const texts[] = {"13800138000", "+86 138 0013 8000", "189-1234-5678", "4222222222222",
+                                        "4111 1111 1111 1", "4111-111111-1111", "11010519491231002X",
+                                        "a 1 2 3 4 5 6 7 8 9 0 1 2 3 b", "1380013800", "411111111111"};
+    int matched = 0;
+    for (size_t k = 0; k < sizeof texts / sizeof texts[0]; k++) {
+        size_t len = strlen(texts[k]);
+        for (size_t i = 0; detect_builtin_pattern(i); i++) {
+            int ec;
+            PCRE2_SIZE eo;
+            pcre2_code *c = pcre2_compile((PCRE2_SPTR)detect_builtin_pattern(i), PCRE2_ZERO_TERMINATED, 0, &ec, &eo, NULL);
+            assert_non_null(c);
+            pcre2_match_data *md = pcre2_match_data_create(1, NULL);
+            int rc = pcre2_match(c, (PCRE2_SPTR)texts[k], len, 0, 0, md, NULL);
+            if (rc >= 0) {
+                matched++;
+                if (detect_digit_stretch(texts[k], len) < detect_builtin_min_digits(i))
+                    fail_msg("pattern %zu matches '%s' below its bound %d", i, texts[k], detect_builtin_min_digits(i));
+            }
+            pcre2_match_data_free(md);
+            pcre2_code_free(c);
+        }
+    }
+    assert_true(matched >= 7); /* the bounds were tested against real matches */
+    /* Numbers exactly at the bounds are still found. */
+    expect_one("call 13800138000", "cn_mobile", "13800138000");
+    expect_one("visa 4222222222222 ok", "bank_card", "4222222222222");
+    char id[19];
+    make_id(id, "11010519491231002");
     expect_one(id, "cn_resident_id", id);
 }
 
@@ -410,6 +459,7 @@ int main(void)
         cmocka_unit_test(mobiles),
         cmocka_unit_test(emails),
         cmocka_unit_test(bank_cards),
+        cmocka_unit_test(number_prefilter),
         cmocka_unit_test(keywords_and_regexes),
         cmocka_unit_test(bad_config),
         cmocka_unit_test(no_false_positives),
