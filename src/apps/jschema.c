@@ -51,6 +51,7 @@ static const char *type_name(const json_t *v)
 
 static int is_type(const json_t *v, const char *t)
 {
+    if (!t) return 0; /* not a type name: an unchecked schema matches nothing with it */
     if (!strcmp(t, "number")) return json_is_number(v);
     /* 2.0 is an integer to JSON Schema, though jansson reads it as a real. */
     if (!strcmp(t, "integer"))
@@ -86,9 +87,10 @@ static int check_type(const json_t *schema, const json_t *v, const char *path, j
     size_t i;
     const json_t *x;
     json_array_foreach(t, i, x) {
+        if (!json_is_string(x)) continue;
         if (is_type(v, json_string_value(x))) return 0;
         size_t n = strlen(want);
-        snprintf(want + n, sizeof want - n, "%s%s", i ? " or " : "", json_string_value(x));
+        snprintf(want + n, sizeof want - n, "%s%s", n ? " or " : "", json_string_value(x));
     }
     return fail(e, path, "must be of type %s, not %s", want, type_name(v));
 }

@@ -106,6 +106,12 @@ static void test_jschema_check(void **state)
     assert_non_null(strstr(e.message, "nested too deeply"));
     json_decref(s);
     json_decref(d);
+    /* An unchecked schema whose type list holds a non-name (found by
+     * fuzz_apps): the non-name matches nothing, the names still count. */
+    assert_non_null(check("{\"type\":[true]}", "\"x\"", &e));
+    assert_null(check("{\"type\":[true,\"string\"]}", "\"x\"", &e));
+    assert_non_null(check("{\"type\":[1,\"integer\"]}", "\"x\"", &e));
+    assert_non_null(strstr(e.message, "must be of type integer, not string"));
 }
 
 static char *render(const char *t, const char *ctx)
