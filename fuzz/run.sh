@@ -26,7 +26,7 @@ if [ -z "$CC" ] || ! probe; then
     probe || { echo "fuzz/run.sh: libFuzzer still unavailable" >&2; exit 2; }
 fi
 
-SRC="src/plan/ggml_types.c src/plan/gguf.c src/plan/arch.c src/plan/vram.c src/plan/presets.c"
+SRC="src/plan/ggml_types.c src/plan/gguf.c src/plan/arch.c src/plan/vram.c src/plan/presets.c src/util/err.c"
 FLAGS="-std=c17 -D_GNU_SOURCE -g -O1 -Isrc -Itests -fno-omit-frame-pointer"
 "$CC" $FLAGS -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
     fuzz/fuzz_gguf.c $SRC -o "$OUT/fuzz_gguf" -lm
