@@ -86,6 +86,10 @@ void api_tasks_create(coord *c, http_req *req)
         api_bad_request(req, "invalid_type", "model", "'model' must be a non-empty string");
         goto out;
     }
+    if (json_string_length(model) > API_MODEL_MAX) {
+        api_bad_request(req, "invalid_value", "model", "'model' is longer than 255 bytes");
+        goto out;
+    }
     /* A catalogue alias runs as the entry's name. */
     const char *canonical = catalog_resolve(c->catalog, json_string_value(model));
     if (canonical && strcmp(canonical, json_string_value(model))) {

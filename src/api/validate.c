@@ -79,6 +79,8 @@ int api_validate_body(api_kind k, json_t *body, api_invalid *why)
     if (!model) return fail(why, "missing_field", "model", "'model' is required");
     if (!json_is_string(model) || !json_string_length(model))
         return fail(why, "invalid_type", "model", "'model' must be a non-empty string");
+    if (json_string_length(model) > API_MODEL_MAX)
+        return fail(why, "invalid_value", "model", "'model' is longer than 255 bytes");
     json_t *stream = json_object_get(body, "stream");
     if (stream && !json_is_boolean(stream) && !json_is_null(stream))
         return fail(why, "invalid_type", "stream", "'stream' must be a boolean");

@@ -18,6 +18,10 @@ typedef struct api_invalid {
     const char *code; /* missing_field | invalid_type | invalid_value */
 } api_invalid;
 
+/* The longest model name taken, in bytes: names are kept in fixed fields
+ * (256 bytes) on the way, and a longer one would be cut to another name. */
+#define API_MODEL_MAX 255
+
 /* Returns 0 when the body is acceptable for the kind. */
 int api_validate_body(api_kind k, json_t *body, api_invalid *why);
 

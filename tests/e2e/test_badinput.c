@@ -73,6 +73,14 @@ static void wrong_types_and_missing_fields(void **state)
                  400, "invalid_value", "priority");
     expect_error(p, "/v1/tasks", "{\"type\":\"chat\",\"model\":\"sim-llama-8b\",\"priority\":\"high\",\"input\":{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}}",
                  400, "invalid_type", "priority");
+    /* A model name longer than the fields that carry it, which would be cut
+     * to another name: "sim-llama-8b" and 300 more bytes is not sim-llama-8b. */
+    char longer[600], body[900];
+    snprintf(longer, sizeof longer, "sim-llama-8b%0300d", 0);
+    snprintf(body, sizeof body, "{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", longer);
+    expect_error(p, CHATP, body, 400, "invalid_value", "model");
+    snprintf(body, sizeof body, "{\"type\":\"chat\",\"model\":\"%s\",\"input\":{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}}", longer);
+    expect_error(p, "/v1/tasks", body, 400, "invalid_value", "model");
 }
 
 static void unknown_model_endpoint_and_method(void **state)
