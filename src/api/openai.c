@@ -187,10 +187,15 @@ static int prepare(coord *c, http_req *req, api_kind kind, prepared *p, int may_
         len = p->raw_len;
     }
     const char *prio = http_req_header(req, "X-Gpupool-Priority");
+    if (prio && !(prio[0] >= '0' && prio[0] <= '9' && !prio[1])) {
+        api_bad_request(req, "invalid_value", "X-Gpupool-Priority", "X-Gpupool-Priority must be one digit, 0 to 9");
+        prepared_free(p);
+        return -1;
+    }
     p->rq = (reg_request){.model = p->model, .prompt_tokens = api_estimate_prompt_tokens(body),
                           .max_tokens = kind == KIND_EMBEDDING ? 1 : api_requested_max_tokens(body),
                           .payload_bytes = (double)len,
-                          .priority = prio && prio[0] >= '0' && prio[0] <= '9' && !prio[1] ? prio[0] - '0' : 5,
+                          .priority = prio ? prio[0] - '0' : 5,
                           .trusted_only = p->cls.is_private};
     if (api_track_features(c, req, body, p->model, p->rq.prompt_tokens, p->rq.max_tokens, p->rq.priority,
                            p->cls.is_private ? p->cls.rule : NULL, &p->tr)) {

@@ -79,6 +79,12 @@ static void wrong_types_and_missing_fields(void **state)
     snprintf(longer, sizeof longer, "sim-llama-8b%0300d", 0);
     snprintf(body, sizeof body, "{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", longer);
     expect_error(p, CHATP, body, 400, "invalid_value", "model");
+    static const char *const prio[] = {"X-Gpupool-Priority: 12", NULL};
+    h_resp r;
+    h_request(p, "POST", CHATP, "{\"model\":\"sim-llama-8b\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", prio, &r);
+    assert_int_equal(r.status, 400);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(r.json, "error"), "param")), "X-Gpupool-Priority");
+    h_resp_free(&r);
     snprintf(body, sizeof body, "{\"type\":\"chat\",\"model\":\"%s\",\"input\":{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}}", longer);
     expect_error(p, "/v1/tasks", body, 400, "invalid_value", "model");
 }
