@@ -14,6 +14,7 @@ SRC      := $(filter-out $(EXCLUDE),$(sort $(shell find src -name '*.c' ! -path 
 UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
 E2E_SRC  := $(sort $(wildcard tests/e2e/test_*.c))
 E2E_LIB  := tests/e2e/harness.c
+FUZZ_SRC := $(sort $(wildcard fuzz/fuzz_*.c))
 
 B ?= build
 # docs/openapi.json is compiled in (served at /openapi.json): a generated C
@@ -22,8 +23,9 @@ GEN_OBJ  := $(B)/obj/gen/openapi_doc.o
 OBJ      := $(SRC:%.c=$(B)/obj/%.o) $(GEN_OBJ)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
 E2E_BIN  := $(E2E_SRC:tests/e2e/%.c=$(B)/e2e/%)
+FUZZ_BIN := $(FUZZ_SRC:fuzz/%.c=$(B)/fuzz/%) $(B)/fuzz/seeds
 
-.PHONY: all deps test run clean unit e2e asan fmt check-clang bench openapi-lint
+.PHONY: all deps test run clean unit e2e fuzz asan fmt check-clang bench openapi-lint
 all: $(B)/gpupool
 
 deps:
@@ -63,12 +65,24 @@ $(B)/e2e/%: tests/e2e/%.c $(E2E_LIB) tests/e2e/harness.h $(B)/libgpupool.a
 	@$(if $(V),,echo "  E2E   $@")
 	$(Q)$(CC) $(BASEFLAGS) $(CFLAGS) -Itests -o $@ $< $(E2E_LIB) $(B)/libgpupool.a $(LDLIBS) -lcmocka
 
+# The fuzz targets, built without libFuzzer: fuzz/replay.c runs each over
+# its seeds and past crashes (scripts/run-tests.sh); fuzz/run_*.sh search.
+$(B)/fuzz/fuzz_%: fuzz/fuzz_%.c fuzz/replay.c $(B)/libgpupool.a
+	@mkdir -p $(dir $@)
+	@$(if $(V),,echo "  FUZZ  $@")
+	$(Q)$(CC) $(BASEFLAGS) $(CFLAGS) -Itests -o $@ $< fuzz/replay.c $(B)/libgpupool.a $(LDLIBS) -lcmocka
+
+$(B)/fuzz/seeds: fuzz/seeds.c $(B)/libgpupool.a
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(BASEFLAGS) $(CFLAGS) -Itests -o $@ $< $(B)/libgpupool.a $(LDLIBS)
+
 unit: $(UNIT_BIN)
 e2e: $(E2E_BIN)
+fuzz: $(FUZZ_BIN)
 
 SAN := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 asan:
-	$(MAKE) B=build-asan CFLAGS="$(SAN)" build-asan/gpupool unit e2e
+	$(MAKE) B=build-asan CFLAGS="$(SAN)" build-asan/gpupool unit e2e fuzz
 
 test: deps
 	$(MAKE) asan
@@ -86,7 +100,7 @@ bench: all
 
 # The same code must stay clean under clang too.
 check-clang:
-	$(MAKE) B=build-clang CC=clang build-clang/gpupool unit e2e
+	$(MAKE) B=build-clang CC=clang build-clang/gpupool unit e2e fuzz
 
 clean:
 	rm -rf build build-asan build-clang

@@ -1,8 +1,17 @@
-# fuzz/lib.sh: what the targeted fuzz scripts (run_detect.sh, run_cache.sh,
-# run_json_skim.sh, run_wire.sh) share: finding clang with libFuzzer, building
-# a target with ASan/UBSan, and
-# running it over its corpus for a bounded time.  Sourced, not run.
+# fuzz/lib.sh: what the fuzz scripts fuzz/run_NAME.sh share: finding clang
+# with libFuzzer, building a target with ASan/UBSan, and running it over its
+# corpus for a bounded time.  Sourced, not run.
 OUT=fuzz/out   # gitignored
+
+# FUZZ_SEED_ONLY=DIR: write the script's seeds to DIR/corpus-NAME and stop,
+# with no clang, build or search (scripts/run-tests.sh replays them).
+if [ -n "${FUZZ_SEED_ONLY:-}" ]; then
+    OUT=$FUZZ_SEED_ONLY
+    fuzz_find_cc() { :; }
+    fuzz_build() { :; }
+    fuzz_run() { exit 0; }
+    return 0
+fi
 
 # Sets CC to a clang, or exits; $1 names the calling script for the message.
 fuzz_find_cc() {
