@@ -314,6 +314,8 @@ static void writer_wakes_for_a_batch(void **state)
         snprintf(id, sizeof id, "req_%d", i);
         audit_stream_done(a, id, "text", 4, 1);
     }
+    /* Nothing may happen here, so there is no condition to wait on: the
+     * writer gets 300 ms to do what it must not. */
     usleep(300 * 1000);
     assert_true(response_is(db, "req_0", "head"));
     audit_stream_done(a, "req_31", "text", 4, 1);
@@ -324,7 +326,7 @@ static void writer_wakes_for_a_batch(void **state)
     }
     assert_true(done);
     audit_stream_done(a, "req_32", "text", 4, 1);
-    usleep(100 * 1000);
+    usleep(100 * 1000); /* again a check that nothing happens */
     assert_true(response_is(db, "req_32", "head"));
     auditor_stop(a); /* writes what waits, and closes db */
     db = audit_db_open(dir, err, sizeof err);
