@@ -44,23 +44,7 @@ fi
 
 TMP=$(mktemp -d /tmp/gpupool-footprint.XXXXXX)
 mkdir -p "$OUT"
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-wait_port() { # FILE: the port the last started process wrote there
-  for _ in $(seq 150); do
-    [ -s "$1" ] && { cat "$1"; return; }
-    kill -0 "${PIDS[-1]}" 2>/dev/null || die "${PIDS[-1]} exited before listening (see logs in $OUT)"
-    sleep 0.1
-  done
-  die "no port in $1 (see logs in $OUT)"
-}
+. "$ROOT/bench/lib.sh"   # PIDS, cleanup at exit, wait_port
 kib() { awk -v k="$2" '$1==k":"{print $2}' "/proc/$1/status"; }   # kib PID VmRSS
 metric() { curl -fsS --max-time 5 "http://127.0.0.1:$CPORT/metrics" | awk -v m="$1" '$1==m{print $2; f=1} END{if(!f) print 0}'; }
 

@@ -69,26 +69,9 @@ fi
 TMP=$(mktemp -d /tmp/gpupool-gateway.XXXXXX)
 chmod 755 "$TMP"   # nginx workers may run as another user
 mkdir -p "$OUT"
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+. "$ROOT/bench/lib.sh"   # PIDS, cleanup at exit, wait_port
 
 free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
-
-# wait_port FILE: echo the port the last started process wrote to FILE (deadline 15 s)
-wait_port() {
-  for _ in $(seq 150); do
-    [ -s "$1" ] && { cat "$1"; return; }
-    kill -0 "${PIDS[-1]}" 2>/dev/null || die "${PIDS[-1]} exited before listening (see logs in $OUT)"
-    sleep 0.1
-  done
-  die "no port in $1 (see logs in $OUT)"
-}
 
 # wait_ok URL [GREP]: until URL answers 200 (and contains GREP), deadline 30 s
 wait_ok() {
