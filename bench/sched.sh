@@ -100,25 +100,14 @@ fi
 
 # --- processes and cleanup -------------------------------------------------------------
 TMP=$(mktemp -d /tmp/gpupool-sched.XXXXXX)
-PIDS=()        # every process started, for the final cleanup
+. "$ROOT/bench/lib.sh"   # PIDS, wait_port, and the exit trap that calls cleanup
 FROZEN=()      # processes a kill phase stopped (SIGSTOP) or killed
+# lib.sh's cleanup, plus the frozen processes (a stopped one ignores SIGTERM).
 cleanup() {
   for p in "${FROZEN[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || gone "$p"; done
   rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-# wait_port FILE PID: echo the port PID wrote to FILE (deadline 15 s)
-wait_port() {
-  for _ in $(seq 150); do
-    [ -s "$1" ] && { cat "$1"; return; }
-    kill -0 "$2" 2>/dev/null || die "pid $2 exited before listening (see logs in $OUT)"
-    sleep 0.1
-  done
-  die "no port in $1 (see logs in $OUT)"
 }
 
 # The large model: a Llama-shaped GGUF (22 layers, Q8_0; the data region is
@@ -349,9 +338,11 @@ field() { sed -n "s/.* $2=\([^ ]*\).*/\1/p" <<<"$1"; }
   for mode in $KILL_MODES; do
     k=${KSUM[$mode]}
     v=$([ "$(field "$k" kill_ok)" = 1 ] && echo PASS || echo MISS)
-    printf '%-44s: %s task(s) (%s sent there after the kill); worst: %s ms against the bound  %s\n' \
+    worst="worst: $(field "$k" worst_slack_ms) ms against the bound"
+    case $worst in *nan*) worst="none of them finished";; esac
+    printf '%-44s: %s task(s) (%s sent there after the kill); %s  %s\n' \
       "node $([ "$mode" = kill ] && echo "kill -9" || echo "freeze"): done <= 3 x ${HB_MS} ms + run" \
-      "$(field "$k" victims)" "$(field "$k" sent_after)" "$(field "$k" worst_slack_ms)" "$v"
+      "$(field "$k" victims)" "$(field "$k" sent_after)" "$worst" "$v"
   done
 } | tee "$OUT/sched-summary.txt"
 

@@ -855,7 +855,7 @@ int main(int argc, char **argv)
            dpct(poll_gaps, npoll_gaps, 99), dpct(extra, nextra, 50));
     if (kill_mono)
         printf(" victims=%d sent_after=%d kill_ok=%d worst_slack_ms=%+.0f", kill_n, kill_after, kill_ok,
-               kill_n ? worst_slack : NAN);
+               worst_slack > -1e18 ? worst_slack : NAN); /* nan: none of them finished */
     printf("\n");
 
     if (csv_path) {
