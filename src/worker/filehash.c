@@ -10,9 +10,20 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "util/err.h"
 #include "util/ids.h"
+
+static int64_t ns_of(struct timespec t)
+{
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+int filehash_settled(int64_t mtime_ns, int64_t stat_ns)
+{
+    return stat_ns - mtime_ns >= FILEHASH_SETTLE_NS;
+}
 
 int filehash_valid(const char *s)
 {
@@ -22,11 +33,26 @@ int filehash_valid(const char *s)
     return 1;
 }
 
-static int entry_current(json_t *e, uint64_t size, int64_t mtime)
+/* What says a file is the one that was hashed.  The inode and ctime catch
+ * a file replaced by a rename or rewritten with its old mtime put back;
+ * times are in nanoseconds, as the filesystem keeps them. */
+static json_t *stamp_of(const struct stat *st)
 {
-    return json_integer_value(json_object_get(e, "bytes")) == (json_int_t)size &&
-           json_integer_value(json_object_get(e, "mtime")) == (json_int_t)mtime &&
-           filehash_valid(json_string_value(json_object_get(e, "sha256")));
+    return json_pack("{s:I,s:I,s:I,s:I,s:I}", "bytes", (json_int_t)st->st_size, "mtime_ns", (json_int_t)ns_of(st->st_mtim),
+                     "ctime_ns", (json_int_t)ns_of(st->st_ctim), "ino", (json_int_t)st->st_ino, "dev",
+                     (json_int_t)st->st_dev);
+}
+
+static int entry_current(json_t *e, const struct stat *st)
+{
+    if (!filehash_valid(json_string_value(json_object_get(e, "sha256")))) return 0;
+    json_t *now = stamp_of(st);
+    const char *k;
+    json_t *v;
+    int same = 1;
+    json_object_foreach(now, k, v) same &= json_integer_value(json_object_get(e, k)) == json_integer_value(v);
+    json_decref(now);
+    return same && filehash_settled(ns_of(st->st_mtim), json_integer_value(json_object_get(e, "stat_ns")));
 }
 
 /* Keeps the newest FILEHASH_MAX entries: the object's insertion order is
@@ -91,6 +117,8 @@ int filehash_get_cancellable(const char *cache_path, const char *file, char out[
 {
     char abs[PATH_MAX];
     struct stat st;
+    struct timespec stat_time; /* wall time, as the file's own times are */
+    clock_gettime(CLOCK_REALTIME, &stat_time);
     if (!realpath(file, abs) || stat(abs, &st) != 0) return err_out(err, errlen, "%s: %s", file, strerror(errno));
     if (!S_ISREG(st.st_mode)) return err_out(err, errlen, "%s: not a regular file", file);
     if (bytes) *bytes = (uint64_t)st.st_size;
@@ -99,7 +127,7 @@ int filehash_get_cancellable(const char *cache_path, const char *file, char out[
     json_t *files = json_object_get(root, "files");
     if (!json_is_object(files)) { files = json_object(); json_object_set_new(root, "files", files); }
     json_t *e = json_object_get(files, abs);
-    if (e && entry_current(e, (uint64_t)st.st_size, (int64_t)st.st_mtime)) {
+    if (e && entry_current(e, &st)) {
         snprintf(out, 65, "%s", json_string_value(json_object_get(e, "sha256")));
         json_decref(root);
         return 0;
@@ -112,8 +140,10 @@ int filehash_get_cancellable(const char *cache_path, const char *file, char out[
     }
     if (cache_path) {
         json_object_del(files, abs);
-        json_object_set_new(files, abs, json_pack("{s:s,s:I,s:I}", "sha256", out, "bytes", (json_int_t)st.st_size,
-                                                 "mtime", (json_int_t)st.st_mtime));
+        json_t *entry = stamp_of(&st);
+        json_object_set_new(entry, "sha256", json_string(out));
+        json_object_set_new(entry, "stat_ns", json_integer((json_int_t)ns_of(stat_time)));
+        json_object_set_new(files, abs, entry);
         trim(files);
         /* The hash is right even when the cache cannot be written: it is
          * computed again next time. */

@@ -23,7 +23,7 @@ int measured_key_for(const char *file, int ctx, int parallel, const char *ctk, c
     if (n >= sizeof k->file) return err_out(err, errlen, "%s: the path is too long", file);
     memcpy(k->file, abs, n + 1);
     k->file_bytes = (uint64_t)st.st_size;
-    k->file_mtime = (int64_t)st.st_mtime;
+    k->file_mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
     k->ctx = ctx;
     k->parallel = parallel;
     snprintf(k->cache_type_k, sizeof k->cache_type_k, "%s", ctk ? ctk : "f16");
@@ -34,7 +34,7 @@ int measured_key_for(const char *file, int ctx, int parallel, const char *ctk, c
 
 static int same_key(const measured_key *a, const measured_key *b)
 {
-    return !strcmp(a->file, b->file) && a->file_bytes == b->file_bytes && a->file_mtime == b->file_mtime &&
+    return !strcmp(a->file, b->file) && a->file_bytes == b->file_bytes && a->file_mtime_ns == b->file_mtime_ns &&
            a->ctx == b->ctx && a->parallel == b->parallel && !strcmp(a->cache_type_k, b->cache_type_k) &&
            !strcmp(a->cache_type_v, b->cache_type_v) && a->flash_attn == b->flash_attn;
 }
@@ -59,7 +59,7 @@ static int from_json(json_t *o, measured_entry *e)
         return -1;
     snprintf(e->key.file, sizeof e->key.file, "%s", str(o, "file"));
     e->key.file_bytes = u64(o, "file_bytes");
-    e->key.file_mtime = (int64_t)u64(o, "file_mtime");
+    e->key.file_mtime_ns = (int64_t)u64(o, "file_mtime_ns");
     e->key.ctx = (int)u64(o, "ctx");
     e->key.parallel = (int)u64(o, "parallel");
     snprintf(e->key.cache_type_k, sizeof e->key.cache_type_k, "%s", str(o, "cache_type_k"));
@@ -78,7 +78,7 @@ static json_t *to_json(const measured_entry *e)
     json_t *o = measured_json(e);
     json_object_set_new(o, "file", json_string(e->key.file));
     json_object_set_new(o, "file_bytes", json_integer((json_int_t)e->key.file_bytes));
-    json_object_set_new(o, "file_mtime", json_integer((json_int_t)e->key.file_mtime));
+    json_object_set_new(o, "file_mtime_ns", json_integer((json_int_t)e->key.file_mtime_ns));
     json_object_set_new(o, "ctx", json_integer(e->key.ctx));
     json_object_set_new(o, "parallel", json_integer(e->key.parallel));
     json_object_set_new(o, "cache_type_k", json_string(e->key.cache_type_k));

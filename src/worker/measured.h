@@ -22,7 +22,7 @@
 typedef struct measured_key {
     char file[512];
     uint64_t file_bytes;
-    int64_t file_mtime;
+    int64_t file_mtime_ns; /* ns: a file replaced within the same second is another file */
     int ctx, parallel;
     char cache_type_k[16], cache_type_v[16];
     int flash_attn;

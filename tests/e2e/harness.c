@@ -93,6 +93,11 @@ static void dump_log(const h_proc *proc)
     fclose(f);
 }
 
+void h_dump_logs(const h_pool *p)
+{
+    for (int i = 0; i < p->nprocs; i++) dump_log(&p->procs[i]);
+}
+
 h_pool *h_pool_new(const char *test_name)
 {
     h_pool *p = calloc(1, sizeof *p);
@@ -133,8 +138,7 @@ int h_pool_cleanup(h_pool *p)
             problems++;
         }
     }
-    if (problems || getenv("GPUPOOL_E2E_LOGS"))
-        for (int i = 0; i < p->nprocs; i++) dump_log(&p->procs[i]);
+    if (problems || getenv("GPUPOOL_E2E_LOGS")) h_dump_logs(p);
     if (getenv("GPUPOOL_KEEP_TEST")) fprintf(stderr, "kept %s\n", p->dir);
     else rm_rf(p->dir);
     return problems;

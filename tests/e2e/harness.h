@@ -54,6 +54,10 @@ int h_pool_teardown(void **state);
  * it saw: a process that would not stop cleanly, or a sanitizer report. */
 int h_pool_cleanup(h_pool *p);
 
+/* The last lines of every process's log, to stderr: for a failure whose
+ * cause is in a worker's log, since a failed test's logs are not shown. */
+void h_dump_logs(const h_pool *p);
+
 /* `gpupool serve` with extra args (space separated); waits for its port. */
 h_proc *h_start_coordinator(h_pool *p, const char *extra_args);
 /* Starts the coordinator again on the same port and data (after a crash). */

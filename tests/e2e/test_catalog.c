@@ -140,6 +140,7 @@ static void wait_state(h_pool *p, const char *model, const char *node, const cha
         h_request(p, "GET", "/v1/nodes", NULL, NULL, &r);
         fprintf(stderr, "GET /v1/nodes: %s\n", r.body ? r.body : "(none)");
         h_resp_free(&r);
+        h_dump_logs(p);
         fail_msg("%s on %s: state '%s', wanted '%s'", model, node, st, state);
     }
 }

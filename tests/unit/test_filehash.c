@@ -24,42 +24,100 @@ static void write_file(const char *path, const char *text)
     fclose(f);
 }
 
+/* Set as filehash's cancel callback, it counts the blocks read: 0 after a
+ * call means the cache answered. */
+static int blocks_read;
+static int count_blocks(void *ctx)
+{
+    (void)ctx;
+    blocks_read++;
+    return 0;
+}
+
+static int hash_counting(const char *cache, const char *file, char out[65])
+{
+    char err[256];
+    blocks_read = 0;
+    assert_int_equal(filehash_get_cancellable(cache, file, out, NULL, count_blocks, NULL, err, sizeof err), 0);
+    return blocks_read;
+}
+
+/* A file whose mtime is long past, so its digest may be cached. */
+static void write_settled(const char *path, const char *text, time_t mtime)
+{
+    write_file(path, text);
+    struct timespec times[2] = {{mtime, 0}, {mtime, 0}};
+    assert_int_equal(utimensat(AT_FDCWD, path, times, 0), 0);
+}
+
 static void hashes_and_caches(void **state)
 {
     char dir[] = "/tmp/gpupool-fh-XXXXXX";
     assert_non_null(mkdtemp(dir));
-    char file[256], cache[256], out[65], err[256];
+    char file[256], other[256], cache[256], out[65], err[256];
     snprintf(file, sizeof file, "%s/model.gguf", dir);
+    snprintf(other, sizeof other, "%s/model.gguf.tmp", dir);
     snprintf(cache, sizeof cache, "%s/hashes.json", dir);
-    write_file(file, "abc");
+    time_t old = time(NULL) - 100;
+    write_settled(file, "abc", old);
     uint64_t bytes = 0;
     assert_int_equal(filehash_get(cache, file, out, &bytes, err, sizeof err), 0);
     assert_string_equal(out, ABC_SHA);
     assert_int_equal(bytes, 3);
     assert_int_equal(access(cache, R_OK), 0);
 
-    /* A cached entry answers without reading the file: prove it by
-     * changing the bytes but keeping size and mtime. */
-    struct stat st;
-    assert_int_equal(stat(file, &st), 0);
-    write_file(file, "abd");
-    struct timespec times[2] = {st.st_atim, st.st_mtim};
-    assert_int_equal(utimensat(AT_FDCWD, file, times, 0), 0);
-    assert_int_equal(filehash_get(cache, file, out, NULL, err, sizeof err), 0);
+    /* Unchanged: the cache answers without reading the file. */
+    assert_int_equal(hash_counting(cache, file, out), 0);
+    assert_string_equal(out, ABC_SHA);
+
+    /* Other bytes of the same size with the old mtime put back: the
+     * changed ctime gives them away. */
+    write_settled(file, "abd", old);
+    assert_int_equal(hash_counting(cache, file, out), 1);
+    assert_string_not_equal(out, ABC_SHA);
+    assert_int_equal(hash_counting(cache, file, out), 0);
+
+    /* Another file renamed over it, with the same size and mtime: a new inode. */
+    write_settled(other, "abc", old);
+    assert_int_equal(rename(other, file), 0);
+    assert_int_equal(hash_counting(cache, file, out), 1);
     assert_string_equal(out, ABC_SHA);
 
     /* A new modification time makes it hash again. */
-    times[1].tv_sec -= 100;
-    assert_int_equal(utimensat(AT_FDCWD, file, times, 0), 0);
-    assert_int_equal(filehash_get(cache, file, out, NULL, err, sizeof err), 0);
+    write_settled(file, "abd", old - 100);
+    assert_int_equal(hash_counting(cache, file, out), 1);
     assert_string_not_equal(out, ABC_SHA);
-    assert_true(filehash_valid(out));
 
     /* No cache at all still hashes; a missing file is an error. */
     assert_int_equal(filehash_get(NULL, file, out, NULL, err, sizeof err), 0);
     unlink(file);
     assert_int_equal(filehash_get(cache, file, out, NULL, err, sizeof err), -1);
     assert_non_null(strstr(err, "model.gguf"));
+    unlink(cache);
+    rmdir(dir);
+}
+
+/* A file written just now may be written again within the same timestamp
+ * tick, its stamps all unchanged: its digest is read again each time
+ * until the file has settled. */
+static void fresh_file_is_not_trusted(void **state)
+{
+    char dir[] = "/tmp/gpupool-fh-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char file[256], cache[256], out[65];
+    snprintf(file, sizeof file, "%s/model.gguf", dir);
+    snprintf(cache, sizeof cache, "%s/hashes.json", dir);
+    write_file(file, "abc");
+    assert_int_equal(hash_counting(cache, file, out), 1);
+    assert_int_equal(hash_counting(cache, file, out), 1);
+    assert_string_equal(out, ABC_SHA);
+
+    const int64_t s = 1000000000;
+    assert_false(filehash_settled(100 * s, 100 * s));
+    assert_false(filehash_settled(100 * s, 100 * s + FILEHASH_SETTLE_NS - 1));
+    assert_true(filehash_settled(100 * s, 100 * s + FILEHASH_SETTLE_NS));
+    assert_false(filehash_settled(100 * s, 50 * s)); /* modified after it was looked at: a clock set back */
+    unlink(file);
     unlink(cache);
     rmdir(dir);
 }
@@ -79,6 +137,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(hashes_and_caches),
+        cmocka_unit_test(fresh_file_is_not_trusted),
         cmocka_unit_test(validates_digests),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
