@@ -18,6 +18,13 @@ run() { # binary [arguments]
   passed=$((passed + ${n:-0}))
   if [ "$rc" -ne 0 ]; then
     failed=$((failed + ${f:-1})); failed_bins+=("$bin")
+    # Each failed test's own output (its message, and the logs a test
+    # prints on failure), then the end, where sanitizer reports land.
+    printf '%s\n' "$out" | awk '
+      /^\[ RUN      \] /  { name = $4; n = 0; delete keep }
+      name != ""          { if (n < 300) keep[n++] = $0 }
+      /^\[  FAILED  \] [^0-9]/ && $4 == name { print "---- output of " name " ----"; for (i = 0; i < n; i++) print keep[i]; name = "" }
+      /^\[       OK \] / { name = "" }'
     printf '%s\n' "$out" | tail -60
   fi
 }

@@ -74,6 +74,8 @@ static void usage(FILE *f)
             "  -fit on|off, -lv N        accepted and ignored\n"
             "  --load-ms N               how long loading takes (default: the file's size at --load-gbps)\n"
             "  --load-gbps F             read speed for that (default 2 GB/s)\n"
+            "  --unload-ms N             how long stopping takes after SIGTERM, as an engine freeing its\n"
+            "                            GPU memory (default 0)\n"
             "  --mem-factor F            scale every printed buffer size (default 1: the planner's)\n"
             "  --help                    show this\n",
             SIM_FIRST_TOKEN, SIM_DEFAULT_MODEL, SIM_DEFAULT_VRAM_GB);
@@ -109,7 +111,7 @@ static const struct { const char *flag, *name; } llama_names[] = {
     {"gpu-layers", "n-gpu-layers"}, {"ctk", "cache-type-k"}, {"cache-type-k", "cache-type-k"},
     {"ctv", "cache-type-v"}, {"cache-type-v", "cache-type-v"}, {"ub", "ubatch-size"},
     {"ubatch-size", "ubatch-size"}, {"mem-factor", "mem-factor"}, {"load-ms", "load-ms"},
-    {"load-gbps", "load-gbps"},
+    {"load-gbps", "load-gbps"}, {"unload-ms", "unload-ms"},
 };
 
 static const char *llama_name(const char *flag)
@@ -161,7 +163,7 @@ static int parse(int argc, char **argv, sim_opts *o)
         {"ctv", required_argument, NULL, O_LLAMA}, {"cache-type-v", required_argument, NULL, O_LLAMA},
         {"ub", required_argument, NULL, O_LLAMA}, {"ubatch-size", required_argument, NULL, O_LLAMA},
         {"mem-factor", required_argument, NULL, O_LLAMA}, {"load-ms", required_argument, NULL, O_LLAMA},
-        {"load-gbps", required_argument, NULL, O_LLAMA},
+        {"load-gbps", required_argument, NULL, O_LLAMA}, {"unload-ms", required_argument, NULL, O_LLAMA},
         {"fa", optional_argument, NULL, O_FA}, {"flash-attn", optional_argument, NULL, O_FA},
         {"host", required_argument, NULL, O_HOST}, {"port", required_argument, NULL, O_PORT},
         {"kv-unified", no_argument, NULL, O_IGNORE}, {"kvu", no_argument, NULL, O_IGNORE},
@@ -382,6 +384,10 @@ static int serve(const sim_opts *op, const char *listen, const sim_llama_sizes *
     sigwait(&sigs, &sig);
     log_info("signal %d: stopping", sig);
     sim_server_stop(srv);
+    if (o.llama.unload_ms > 0) {
+        fprintf(stderr, "sim-engine: SIMULATED unload for %lld ms\n", (long long)o.llama.unload_ms);
+        sleep_ms(o.llama.unload_ms);
+    }
     return 0;
 }
 

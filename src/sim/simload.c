@@ -84,6 +84,9 @@ int sim_llama_set(sim_llama *l, const char *opt, const char *val, char *err, siz
     } else if (!strcmp(opt, "load-ms")) {
         if (whole(val, 0, 3600000, &n)) return err_out(err, errlen, "--load-ms: '%s' is not 0..3600000", val);
         l->load_ms = n;
+    } else if (!strcmp(opt, "unload-ms")) {
+        if (whole(val, 0, 600000, &n)) return err_out(err, errlen, "--unload-ms: '%s' is not 0..600000", val);
+        l->unload_ms = n;
     } else if (!strcmp(opt, "load-gbps")) {
         if (real(val, 0.001, 1000, &l->load_gbps)) return err_out(err, errlen, "--load-gbps: '%s' is not in [0.001, 1000]", val);
     } else {

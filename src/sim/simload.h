@@ -29,6 +29,7 @@ typedef struct sim_llama {
     double mem_factor;         /* scales every size printed: an engine that takes other than planned */
     int64_t load_ms;           /* -1: the file's size at load_gbps */
     double load_gbps;
+    int64_t unload_ms;         /* how long a stop takes: a real engine frees its GPU buffers first */
 } sim_llama;
 
 void sim_llama_defaults(sim_llama *l);

@@ -7,7 +7,9 @@
  * does not fit it stops idle engines, least recently used first
  * (worker/residency decides which), then waits, bounded, until the GPUs
  * show the memory free again: a driver gives memory back some time after
- * the process ends.  An engine with requests in flight is never stopped,
+ * the process ends.  A start that finds the memory of an engine stopped a
+ * moment ago (its keep-alive ran out as the request came) still taken waits
+ * for it the same way.  An engine with requests in flight is never stopped,
  * nor a pinned one.  Between heartbeats, engines idle past their keep-alive
  * are stopped, and every idle one while the node drains.
  *
@@ -41,10 +43,22 @@ static int snapshot(worker *w, res_engine *out, int *map)
     return n;
 }
 
+/* Caller holds mu.  A stop is under way or just done: for a while the GPUs
+ * may still show its memory taken (the engine frees it as it exits, the
+ * driver some time after). */
+static void settle_after_stop_locked(worker *w)
+{
+    int64_t grace = w->unload_wait_ms < 5000 ? w->unload_wait_ms : 5000;
+    if (mono_ms() + grace > w->settle_until_ms) w->settle_until_ms = mono_ms() + grace;
+}
+
 /* Caller holds mu.  Takes engine idx out of service, so that no request
- * picks it any more, and returns what is needed to stop it. */
+ * picks it any more, and returns what is needed to stop it.  From here on
+ * a start that finds too little free VRAM waits for this one's to come
+ * back (make_room). */
 static engine take_out(worker *w, int idx, const char *why)
 {
+    settle_after_stop_locked(w);
     engine *e = &w->engines[idx];
     engine copy = *e;
     e->child = 0;
@@ -65,8 +79,7 @@ static void stop_engine(worker *w, engine *copy)
     pthread_mutex_unlock(&w->probe_mu);
     /* Memory a driver has not given back yet is no foreign use. */
     pthread_mutex_lock(&w->mu);
-    int64_t grace = w->unload_wait_ms < 5000 ? w->unload_wait_ms : 5000;
-    if (mono_ms() + grace > w->settle_until_ms) w->settle_until_ms = mono_ms() + grace;
+    settle_after_stop_locked(w);
     pthread_mutex_unlock(&w->mu);
 }
 
@@ -113,42 +126,59 @@ static void no_room(worker *w, const res_engine *r, const int *map, int k, uint6
 }
 
 /* Makes room for engine idx: stops idle engines if it must, then waits
- * for the GPUs to show the memory free.  0, or -1 with why. */
+ * for the GPUs to show the memory free.  When even that cannot make room
+ * but an engine was stopped a moment ago (its keep-alive ran out while
+ * this request was on its way), it waits for that memory first, as long
+ * as the settle window lasts.  0, or -1 with why. */
 static int make_room(worker *w, int idx, char *why, size_t whylen)
 {
     uint64_t free_bytes = 0;
-    int n = free_now(w, &free_bytes, why, whylen);
-    if (n <= 0) return n; /* no GPU to go by: the engine finds out itself */
     res_engine r[WORKER_MAX_ENGINES];
     int map[WORKER_MAX_ENGINES], victims[WORKER_MAX_ENGINES];
     engine stop[WORKER_MAX_ENGINES];
     char names[256] = "";
-    pthread_mutex_lock(&w->mu);
+    int64_t t0 = mono_ms(), deadline = t0 + w->unload_wait_ms;
     const managed_spec *m = w->engines[idx].managed;
-    uint64_t need = m->need_bytes;
-    int k = snapshot(w, r, map);
-    int nv = res_pick_victims(r, k, need, free_bytes, victims);
-    if (nv < 0) no_room(w, r, map, k, need, free_bytes, m->name, why, whylen);
-    for (int v = 0; v < nv; v++) {
-        int i = map[victims[v]];
-        const char *victim = w->engines[i].managed->name;
-        log_info("stopping the engine for %s (idle %lld ms, least recently used) to make room for %s", victim,
-                 (long long)(mono_ms() - r[victims[v]].last_used_ms), m->name);
-        size_t have = strlen(names);
-        snprintf(names + have, sizeof names - have, "%s%s", have ? ", " : "", victim);
-        char reason[200];
-        snprintf(reason, sizeof reason, "stopped to make room for %.100s", m->name);
-        stop[v] = take_out(w, i, reason);
+    uint64_t need;
+    int nv, waited = 0;
+    for (;;) {
+        int n = free_now(w, &free_bytes, why, whylen);
+        if (n <= 0) return n; /* no GPU to go by: the engine finds out itself */
+        pthread_mutex_lock(&w->mu);
+        need = m->need_bytes;
+        int k = snapshot(w, r, map);
+        nv = res_pick_victims(r, k, need, free_bytes, victims);
+        int64_t now = mono_ms();
+        int coming_back = nv < 0 && now < w->settle_until_ms && now < deadline;
+        if (nv < 0 && !coming_back) no_room(w, r, map, k, need, free_bytes, m->name, why, whylen);
+        for (int v = 0; v < nv; v++) {
+            int i = map[victims[v]];
+            const char *victim = w->engines[i].managed->name;
+            log_info("stopping the engine for %s (idle %lld ms, least recently used) to make room for %s", victim,
+                     (long long)(now - r[victims[v]].last_used_ms), m->name);
+            size_t have = strlen(names);
+            snprintf(names + have, sizeof names - have, "%s%s", have ? ", " : "", victim);
+            char reason[200];
+            snprintf(reason, sizeof reason, "stopped to make room for %.100s", m->name);
+            stop[v] = take_out(w, i, reason);
+        }
+        pthread_mutex_unlock(&w->mu);
+        if (!coming_back) break;
+        waited = 1;
+        sleep_ms(50);
     }
-    pthread_mutex_unlock(&w->mu);
     if (nv < 0) return -1;
+    if (waited)
+        log_info("%llu MiB of VRAM free %lld ms after an engine stopped, for %s", MiB(free_bytes),
+                 (long long)(mono_ms() - t0), m->name);
     for (int v = 0; v < nv; v++) stop_engine(w, &stop[v]);
     if (nv == 0) return 0;
-    int64_t t0 = mono_ms(), deadline = t0 + w->unload_wait_ms;
+    int64_t t1 = mono_ms();
+    deadline = t1 + w->unload_wait_ms;
     for (;;) {
-        n = free_now(w, &free_bytes, why, whylen);
+        int n = free_now(w, &free_bytes, why, whylen);
         if (n > 0 && free_bytes >= need) {
-            log_info("%llu MiB of VRAM free %lld ms after stopping %s", MiB(free_bytes), (long long)(mono_ms() - t0),
+            log_info("%llu MiB of VRAM free %lld ms after stopping %s", MiB(free_bytes), (long long)(mono_ms() - t1),
                      names);
             return 0;
         }

@@ -114,6 +114,21 @@ static int log_count(h_proc *proc, const char *text)
     return n;
 }
 
+typedef struct log_want { h_proc *proc; const char *text; int n; } log_want;
+
+static int log_reached(void *arg)
+{
+    log_want *l = arg;
+    return log_count(l->proc, l->text) >= l->n;
+}
+
+/* Whether text occurs at least n times in the process's log within ms. */
+static int wait_log_count(h_proc *proc, const char *text, int n, int64_t ms)
+{
+    log_want l = {proc, text, n};
+    return h_wait_until(log_reached, &l, ms);
+}
+
 static int starts_of(h_proc *w, const char *model)
 {
     char text[128];
@@ -216,16 +231,20 @@ static void idle_unload_follows_keep_alive(void **state)
     assert_true(engine_state_is(&f->p, "llama-a", "running"));
     assert_true(wait_state(&f->p, "llama-a", "stopped", 6000));
     assert_int_equal(log_count(w, "stopping the engine for llama-a: idle"), 1);
-    /* keep_alive 0: stopped right after the answer. */
+    /* keep_alive 0: stopped right after the answer.  The worker's log says
+     * so: the pool may not have had a beat since this start, and its view
+     * would still be the "stopped" from before. */
     chat_ok(&f->p, "llama-a", ",\"keep_alive\":0");
     int64_t t0 = h_now_ms();
-    assert_true(wait_state(&f->p, "llama-a", "stopped", 3000));
+    assert_true(wait_log_count(w, "stopping the engine for llama-a: idle", 2, 3000));
     assert_true(h_now_ms() - t0 < 2500);
+    assert_true(wait_state(&f->p, "llama-a", "stopped", 3000));
     assert_int_equal(starts_of(w, "llama-a"), 2);
     /* A stream's keep_alive counts when the stream ends, not before. */
     chat_ok(&f->p, "llama-a", NULL);
     assert_true(wait_state(&f->p, "llama-a", "running", 5000));
     chat_ok(&f->p, "llama-a", ",\"stream\":true,\"keep_alive\":0");
+    assert_true(wait_log_count(w, "stopping the engine for llama-a: idle", 3, 3000));
     assert_true(wait_state(&f->p, "llama-a", "stopped", 3000));
     assert_int_equal(starts_of(w, "llama-a"), 3);
     /* A keep_alive that is not a duration is the client's mistake. */
@@ -298,6 +317,26 @@ static void next_load_waits_for_the_vram(void **state)
     assert_true(h_now_ms() - t0 >= 1100);
     assert_true(h_log_contains(w, "MiB of VRAM free "));
     assert_true(h_log_contains(w, " ms after stopping llama-a"));
+}
+
+/* A request that arrives while an engine stops (its keep-alive ran out
+ * just then; the engine takes a while to free its memory) waits for that
+ * memory and is served, rather than failing for VRAM on its way back.
+ * Beats every second, so that the worker's beat, held up by the stop, does
+ * not make the node look gone. */
+static void start_waits_for_a_stopping_engine(void **state)
+{
+    fixture *f = *state;
+    h_start_coordinator(&f->p, "--heartbeat-ms 1000");
+    h_proc *w = start_worker(f, "w", "RTX%204090:24:22", 1, ",keep-alive=60", "%20--load-ms%2050%20--unload-ms%20800",
+                             NULL);
+    chat_ok(&f->p, "llama-a", ",\"keep_alive\":0");
+    assert_true(wait_log_count(w, "stopping the engine for llama-a: idle", 1, 3000));
+    int64_t t0 = h_now_ms();
+    chat_ok(&f->p, "llama-a", NULL);
+    assert_true(h_now_ms() - t0 >= 400);
+    assert_true(h_log_contains(w, "after an engine stopped, for llama-a"));
+    assert_int_equal(starts_of(w, "llama-a"), 2);
 }
 
 static void vram_that_stays_taken_fails_the_load(void **state)
@@ -578,6 +617,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(idle_unload_follows_keep_alive, setup, teardown),
         cmocka_unit_test_setup_teardown(b_evicts_a_then_a_evicts_b, setup, teardown),
         cmocka_unit_test_setup_teardown(next_load_waits_for_the_vram, setup, teardown),
+        cmocka_unit_test_setup_teardown(start_waits_for_a_stopping_engine, setup, teardown),
         cmocka_unit_test_setup_teardown(vram_that_stays_taken_fails_the_load, setup, teardown),
         cmocka_unit_test_setup_teardown(least_recently_used_goes_first, setup, teardown),
         cmocka_unit_test_setup_teardown(pinned_model_stays, setup, teardown),
