@@ -168,7 +168,7 @@ static int make_room(worker *w, int idx, char *why, size_t whylen)
         sleep_ms(50);
     }
     if (nv < 0) return -1;
-    if (waited)
+    if (waited && nv == 0)
         log_info("%llu MiB of VRAM free %lld ms after an engine stopped, for %s", MiB(free_bytes),
                  (long long)(mono_ms() - t0), m->name);
     for (int v = 0; v < nv; v++) stop_engine(w, &stop[v]);
