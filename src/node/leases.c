@@ -107,7 +107,7 @@ static model_view view_for(const node *nd, const char *model, int64_t now)
         }
         if (!v.slots) v.slots = 1;
         for (int k = 0; k < nd->nactive; k++)
-            v.inflight += !strncmp(nd->active[k].model, model, sizeof nd->active[k].model - 1);
+            v.inflight += !strcmp(nd->active[k].model, model);
         /* More leases than are tracked: the node's own count bounds them. */
         if (nd->nactive == (int)(sizeof nd->active / sizeof nd->active[0]) && nd->inflight > v.inflight)
             v.inflight = nd->inflight;
@@ -117,7 +117,7 @@ static model_view view_for(const node *nd, const char *model, int64_t now)
      * taken to need a tenth of it more. */
     double best = -1;
     for (int k = 0; k < nd->nactive; k++) {
-        if (strncmp(nd->active[k].model, model, sizeof nd->active[k].model - 1)) continue;
+        if (strcmp(nd->active[k].model, model)) continue;
         double left = nd->active[k].est - (double)(now - nd->active[k].start);
         if (left < nd->active[k].est * 0.1) left = nd->active[k].est * 0.1;
         if (best < 0 || left < best) best = left;

@@ -17,7 +17,7 @@ typedef struct active_lease {
     uint32_t seq;
     int64_t start;
     double est;
-    char model[64];
+    char model[128]; /* whole: a node's model names are under 128 bytes (engine_parse_models) */
 } active_lease;
 
 typedef struct node {

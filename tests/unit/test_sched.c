@@ -375,6 +375,29 @@ static void beat_with(registry *r, const char *id, const char *token, int seq, i
     json_decref(resp);
 }
 
+/* Two models whose names share a long first part are two models: a lease
+ * of one does not fill the other's slot. */
+static void leases_count_whole_model_names(void **state)
+{
+    (void)state;
+    registry *r = new_registry();
+    char a[64], ta[80];
+    join(r, FP_A, 0, a, ta);
+    char m1[128], m2[128];
+    memset(m1, 'x', 100);
+    memcpy(m2, m1, 100);
+    strcpy(m1 + 100, "-q4");
+    strcpy(m2 + 100, "-q8");
+    beat_with(r, a, ta, 2, 1,
+              json_pack("{s:[{s:s, s:b, s:[s], s:i}, {s:s, s:b, s:[s], s:i}]}", "engines", "kind", "sim", "healthy", 1,
+                        "models", m1, "slots", 1, "kind", "sim", "healthy", 1, "models", m2, "slots", 1));
+    node_lease l1, l2, l3;
+    assert_int_equal(registry_acquire(r, RQ(m1), NULL, 0, &l1), PLACE_OK);
+    assert_int_equal(registry_acquire(r, RQ(m2), NULL, 0, &l2), PLACE_OK);
+    assert_int_equal(registry_acquire(r, RQ(m1), NULL, 0, &l3), PLACE_BUSY);
+    registry_free(r);
+}
+
 /* A heartbeat's "link" sample (large bodies and their arrival time) sets the
  * node's measured throughput, which /v1/nodes shows in its profile. */
 static void heartbeat_link_samples_measure_throughput(void **state)
@@ -528,6 +551,7 @@ int main(void)
         cmocka_unit_test(token_rotates_at_half_life_and_old_one_lingers),
         cmocka_unit_test(missed_heartbeats_mark_offline),
         cmocka_unit_test(overdue_heartbeats_make_a_node_silent),
+        cmocka_unit_test(leases_count_whole_model_names),
         cmocka_unit_test(heartbeat_link_samples_measure_throughput),
         cmocka_unit_test(leases_respect_slots),
         cmocka_unit_test(unreachable_node_skipped_until_heartbeat),
