@@ -22,7 +22,11 @@ static int64_t ns_of(struct timespec t)
 
 int filehash_settled(int64_t mtime_ns, int64_t stat_ns)
 {
-    return stat_ns - mtime_ns >= FILEHASH_SETTLE_NS;
+    /* A write after the stat would stamp about stat_ns, so a file stamped
+     * far from it either way (a clock set back, a copy from a machine whose
+     * clock runs ahead) shows such a write too: only a fresh one is racy. */
+    int64_t apart = stat_ns > mtime_ns ? stat_ns - mtime_ns : mtime_ns - stat_ns;
+    return apart >= FILEHASH_SETTLE_NS;
 }
 
 int filehash_valid(const char *s)

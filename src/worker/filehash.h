@@ -33,7 +33,9 @@ int filehash_get_cancellable(const char *cache_path, const char *file, char out[
 #define FILEHASH_SETTLE_NS 2000000000LL
 
 /* Whether a digest taken at stat_ns (wall clock, ns) of a file last
- * modified at mtime_ns can be trusted for as long as its stamps stay. */
+ * modified at mtime_ns can be trusted for as long as its stamps stay: the
+ * two are at least FILEHASH_SETTLE_NS apart, either way (a file stamped in
+ * the future is not read again every time). */
 int filehash_settled(int64_t mtime_ns, int64_t stat_ns);
 
 /* Whether s is 64 lower- or upper-case hex digits. */
