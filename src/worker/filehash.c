@@ -6,6 +6,7 @@
 #include <jansson.h>
 #include <limits.h>
 #include <openssl/evp.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,6 +117,20 @@ int filehash_get(const char *cache_path, const char *file, char out[65], uint64_
     return filehash_get_cancellable(cache_path, file, out, bytes, NULL, NULL, err, errlen);
 }
 
+/* The cache's "files" object, loaded afresh (*root owns it). */
+static json_t *load_files(const char *cache_path, json_t **root)
+{
+    *root = cache_path ? json_load_file(cache_path, 0, NULL) : NULL;
+    if (!json_is_object(*root)) { json_decref(*root); *root = json_object(); }
+    json_t *files = json_object_get(*root, "files");
+    if (!json_is_object(files)) { files = json_object(); json_object_set_new(*root, "files", files); }
+    return files;
+}
+
+/* A worker's hasher and its file-sharing thread both use the cache: each
+ * read-modify-write of it is whole, and the hashing between is not held. */
+static pthread_mutex_t cache_mu = PTHREAD_MUTEX_INITIALIZER;
+
 int filehash_get_cancellable(const char *cache_path, const char *file, char out[65], uint64_t *bytes,
                              int (*cancelled)(void *ctx), void *ctx, char *err, size_t errlen)
 {
@@ -126,23 +141,23 @@ int filehash_get_cancellable(const char *cache_path, const char *file, char out[
     if (!realpath(file, abs) || stat(abs, &st) != 0) return err_out(err, errlen, "%s: %s", file, strerror(errno));
     if (!S_ISREG(st.st_mode)) return err_out(err, errlen, "%s: not a regular file", file);
     if (bytes) *bytes = (uint64_t)st.st_size;
-    json_t *root = cache_path ? json_load_file(cache_path, 0, NULL) : NULL;
-    if (!json_is_object(root)) { json_decref(root); root = json_object(); }
-    json_t *files = json_object_get(root, "files");
-    if (!json_is_object(files)) { files = json_object(); json_object_set_new(root, "files", files); }
-    json_t *e = json_object_get(files, abs);
-    if (e && entry_current(e, &st)) {
-        snprintf(out, 65, "%s", json_string_value(json_object_get(e, "sha256")));
-        json_decref(root);
-        return 0;
-    }
+    json_t *root;
+    pthread_mutex_lock(&cache_mu);
+    json_t *e = json_object_get(load_files(cache_path, &root), abs);
+    int hit = e && entry_current(e, &st);
+    if (hit) snprintf(out, 65, "%s", json_string_value(json_object_get(e, "sha256")));
+    json_decref(root);
+    pthread_mutex_unlock(&cache_mu);
+    if (hit) return 0;
     int hrc = hash_file(abs, out, cancelled, ctx);
     if (hrc != 0) {
-        json_decref(root);
         if (hrc == -2) return err_out(err, errlen, "cancelled");
         return err_out(err, errlen, "%s: cannot read it: %s", file, strerror(errno));
     }
     if (cache_path) {
+        /* Loaded again: what was stored while this file was read stays. */
+        pthread_mutex_lock(&cache_mu);
+        json_t *files = load_files(cache_path, &root);
         json_object_del(files, abs);
         json_t *entry = stamp_of(&st);
         json_object_set_new(entry, "sha256", json_string(out));
@@ -153,7 +168,8 @@ int filehash_get_cancellable(const char *cache_path, const char *file, char out[
          * computed again next time. */
         char why[256];
         (void)save(cache_path, root, why, sizeof why);
+        json_decref(root);
+        pthread_mutex_unlock(&cache_mu);
     }
-    json_decref(root);
     return 0;
 }

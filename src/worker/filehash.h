@@ -4,11 +4,13 @@
  * absolute path and holds its size, inode, mtime and ctime: a replaced,
  * rewritten or touched file is hashed again.  As in git's "racy" index
  * entries, an entry is trusted only when the file's mtime was at least
- * FILEHASH_SETTLE_NS older than the moment it was looked at: a write in the
+ * FILEHASH_SETTLE_NS away from the moment it was looked at: a write in the
  * same timestamp tick as the hashing (a filesystem's clock ticks every few
  * milliseconds, or every second or two on some) would leave every stamp as
- * it was.  Such a fresh file is simply hashed again next time.  Writes go through a temporary file and a rename.  Callers
- * serialise calls for one cache file (one worker per data directory). */
+ * it was.  Such a fresh file is simply hashed again next time.  Writes go
+ * through a temporary file and a rename; within a process each update of
+ * the cache is whole, so threads sharing it lose none of each other's
+ * entries (one worker per data directory: processes do not share one). */
 #ifndef GPUPOOL_FILEHASH_H
 #define GPUPOOL_FILEHASH_H
 

@@ -131,6 +131,45 @@ static void fresh_file_is_not_trusted(void **state)
     rmdir(dir);
 }
 
+/* Set as the cancel callback while one file is read, it stores another's
+ * digest in the same cache, as a worker's other thread may. */
+static const char *other_cache, *other_file;
+static int store_another_meanwhile(void *ctx)
+{
+    (void)ctx;
+    const char *f = other_file;
+    other_file = NULL;
+    if (f) {
+        char out[65], err[256];
+        assert_int_equal(filehash_get(other_cache, f, out, NULL, err, sizeof err), 0);
+    }
+    return 0;
+}
+
+static void entries_stored_meanwhile_stay(void **state)
+{
+    char dir[] = "/tmp/gpupool-fh-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char a[256], b[256], cache[256], out[65], err[256];
+    snprintf(a, sizeof a, "%s/a.gguf", dir);
+    snprintf(b, sizeof b, "%s/b.gguf", dir);
+    snprintf(cache, sizeof cache, "%s/hashes.json", dir);
+    time_t old = time(NULL) - 100;
+    write_settled(a, "abc", old);
+    write_settled(b, "abd", old);
+    other_cache = cache;
+    other_file = b;
+    assert_int_equal(filehash_get_cancellable(cache, a, out, NULL, store_another_meanwhile, NULL, err, sizeof err), 0);
+    assert_null(other_file);
+    assert_int_equal(hash_counting(cache, a, out), 0);
+    assert_string_equal(out, ABC_SHA);
+    assert_int_equal(hash_counting(cache, b, out), 0);
+    unlink(a);
+    unlink(b);
+    unlink(cache);
+    rmdir(dir);
+}
+
 static void validates_digests(void **state)
 {
     assert_true(filehash_valid(ABC_SHA));
@@ -147,6 +186,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(hashes_and_caches),
         cmocka_unit_test(fresh_file_is_not_trusted),
+        cmocka_unit_test(entries_stored_meanwhile_stay),
         cmocka_unit_test(validates_digests),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
