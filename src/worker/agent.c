@@ -334,7 +334,8 @@ static void do_heartbeat(worker *w)
 
 /* Until the next beat is due, stopping engines whose keep-alive runs out
  * meanwhile (a request with keep_alive 0 wakes this at once).  Returns
- * early, for a beat, when it stopped one, so the pool learns soon. */
+ * early, for a beat, when such a stop has finished, so the pool learns
+ * soon that the engine and its memory are free. */
 static void wait_for_beat(worker *w, int64_t beat_at)
 {
     for (;;) {
@@ -342,16 +343,17 @@ static void wait_for_beat(worker *w, int64_t beat_at)
         if (now >= beat_at) return;
         int64_t wake = beat_at, next = worker_next_unload_ms(w, now);
         if (next == 0) {
-            if (worker_unload_idle(w, now) > 0) return;
+            if (worker_unload_idle(w, now) > 0) continue;
             next = 50; /* it was busy again: look once more shortly */
         }
         if (next > 0 && now + next < wake) wake = now + next;
         pthread_mutex_lock(&w->mu);
         struct timespec ts = mono_at(wake);
-        if (!w->stopping) pthread_cond_timedwait(&w->cv, &w->mu, &ts);
-        int stopping = w->stopping;
+        if (!w->stopping && !w->beat_soon) pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+        int stopping = w->stopping, beat = w->beat_soon;
+        w->beat_soon = 0;
         pthread_mutex_unlock(&w->mu);
-        if (stopping) return;
+        if (stopping || beat) return;
     }
 }
 
@@ -398,5 +400,6 @@ void worker_agent_stop(worker *w)
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
     pthread_join(w->thread, NULL);
+    worker_wait_stops(w);
     wcat_stop(w);
 }

@@ -71,6 +71,8 @@ typedef struct worker {
     int inflight;
     int starting;               /* a managed start (with its evictions) is under way: one at a time */
     int64_t settle_until_ms;    /* an engine stopped: its VRAM may still be on its way back */
+    int stops_running;          /* threads stopping idle engines (worker/loader), waited for at the end */
+    int beat_soon;              /* such a stop finished: beat now, so the pool sees the memory back */
     double link_bytes, link_ms; /* large request bodies since the last heartbeat, and their arrival time */
     int stopping;
     pthread_t thread;
@@ -89,8 +91,11 @@ void worker_refresh(worker *w);
  * when starting failed (why says so).  Blocking. */
 int worker_ensure_loaded(worker *w, const char *model, char *why, size_t whylen);
 /* Stops started engines idle past their keep-alive (every idle one while
- * the node drains); returns how many.  Blocking while they stop. */
+ * the node drains); returns how many.  They are out of service at once and
+ * exit on a thread of their own, which sets beat_soon when they are gone. */
 int worker_unload_idle(worker *w, int64_t now);
+/* Waits for the stops worker_unload_idle started: before the worker ends. */
+void worker_wait_stops(worker *w);
 /* Milliseconds until a started engine's keep-alive runs out, -1 if none. */
 int64_t worker_next_unload_ms(worker *w, int64_t now);
 /* Caller holds mu: a request on engine idx ended at now, with the

@@ -11,7 +11,9 @@
  * moment ago (its keep-alive ran out as the request came) still taken waits
  * for it the same way.  An engine with requests in flight is never stopped,
  * nor a pinned one.  Between heartbeats, engines idle past their keep-alive
- * are stopped, and every idle one while the node drains.
+ * are stopped, and every idle one while the node drains: on a thread of
+ * their own, since an engine can take seconds to exit and the heartbeats
+ * must go on.
  *
  * Part of the agent module (worker/agent.h is its API).  Lock order: mu,
  * then probe_mu; nothing takes mu while it holds probe_mu. */
@@ -299,6 +301,63 @@ int worker_ensure_loaded(worker *w, const char *model, char *why, size_t whylen)
     return rc == 0 ? 1 : -1;
 }
 
+/* The engines an unload pass took out, stopped off the agent thread: an
+ * engine takes a while to exit (up to 3 s before it is killed), and the
+ * heartbeats must go on meanwhile, or the node would look gone. */
+typedef struct stop_job {
+    worker *w;
+    engine stop[WORKER_MAX_ENGINES];
+    int n;
+} stop_job;
+
+static void *stopper_thread(void *arg)
+{
+    stop_job *j = arg;
+    worker *w = j->w;
+    for (int i = 0; i < j->n; i++) stop_engine(w, &j->stop[i]);
+    free(j);
+    pthread_mutex_lock(&w->mu);
+    w->stops_running--;
+    w->beat_soon = 1;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+/* Stops the engines in the background; here and now only when no thread
+ * can be had. */
+static void stop_in_background(worker *w, engine *stop, int n)
+{
+    stop_job *j = malloc(sizeof *j);
+    pthread_attr_t attr;
+    pthread_t t;
+    if (j) {
+        j->w = w;
+        memcpy(j->stop, stop, sizeof *stop * (size_t)n);
+        j->n = n;
+        pthread_mutex_lock(&w->mu);
+        w->stops_running++;
+        pthread_mutex_unlock(&w->mu);
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        int rc = pthread_create(&t, &attr, stopper_thread, j);
+        pthread_attr_destroy(&attr);
+        if (rc == 0) return;
+        pthread_mutex_lock(&w->mu);
+        w->stops_running--;
+        pthread_mutex_unlock(&w->mu);
+        free(j);
+    }
+    for (int i = 0; i < n; i++) stop_engine(w, &stop[i]);
+}
+
+void worker_wait_stops(worker *w)
+{
+    pthread_mutex_lock(&w->mu);
+    while (w->stops_running > 0) pthread_cond_wait(&w->cv, &w->mu);
+    pthread_mutex_unlock(&w->mu);
+}
+
 int worker_unload_idle(worker *w, int64_t now)
 {
     engine stop[WORKER_MAX_ENGINES];
@@ -318,7 +377,7 @@ int worker_unload_idle(worker *w, int64_t now)
         stop[n++] = take_out(w, map[j], "stopped");
     }
     pthread_mutex_unlock(&w->mu);
-    for (int i = 0; i < n; i++) stop_engine(w, &stop[i]);
+    if (n) stop_in_background(w, stop, n);
     return n;
 }
 
