@@ -50,14 +50,34 @@ static void write_settled(const char *path, const char *text, time_t mtime)
     assert_int_equal(utimensat(AT_FDCWD, path, times, 0), 0);
 }
 
+/* A directory of its own for a test: a model file, another file and the cache. */
+typedef struct scratch {
+    char dir[32], file[256], other[256], cache[256];
+} scratch;
+
+static void scratch_make(scratch *s)
+{
+    snprintf(s->dir, sizeof s->dir, "/tmp/gpupool-fh-XXXXXX");
+    assert_non_null(mkdtemp(s->dir));
+    snprintf(s->file, sizeof s->file, "%s/model.gguf", s->dir);
+    snprintf(s->other, sizeof s->other, "%s/model.gguf.tmp", s->dir);
+    snprintf(s->cache, sizeof s->cache, "%s/hashes.json", s->dir);
+}
+
+static void scratch_remove(const scratch *s)
+{
+    unlink(s->file);
+    unlink(s->other);
+    unlink(s->cache);
+    rmdir(s->dir);
+}
+
 static void hashes_and_caches(void **state)
 {
-    char dir[] = "/tmp/gpupool-fh-XXXXXX";
-    assert_non_null(mkdtemp(dir));
-    char file[256], other[256], cache[256], out[65], err[256];
-    snprintf(file, sizeof file, "%s/model.gguf", dir);
-    snprintf(other, sizeof other, "%s/model.gguf.tmp", dir);
-    snprintf(cache, sizeof cache, "%s/hashes.json", dir);
+    scratch sc;
+    scratch_make(&sc);
+    const char *file = sc.file, *other = sc.other, *cache = sc.cache;
+    char out[65], err[256];
     time_t old = time(NULL) - 100;
     write_settled(file, "abc", old);
     uint64_t bytes = 0;
@@ -99,8 +119,7 @@ static void hashes_and_caches(void **state)
     unlink(file);
     assert_int_equal(filehash_get(cache, file, out, NULL, err, sizeof err), -1);
     assert_non_null(strstr(err, "model.gguf"));
-    unlink(cache);
-    rmdir(dir);
+    scratch_remove(&sc);
 }
 
 /* A file written just now may be written again within the same timestamp
@@ -108,11 +127,10 @@ static void hashes_and_caches(void **state)
  * until the file has settled. */
 static void fresh_file_is_not_trusted(void **state)
 {
-    char dir[] = "/tmp/gpupool-fh-XXXXXX";
-    assert_non_null(mkdtemp(dir));
-    char file[256], cache[256], out[65];
-    snprintf(file, sizeof file, "%s/model.gguf", dir);
-    snprintf(cache, sizeof cache, "%s/hashes.json", dir);
+    scratch sc;
+    scratch_make(&sc);
+    const char *file = sc.file, *cache = sc.cache;
+    char out[65];
     write_file(file, "abc");
     assert_int_equal(hash_counting(cache, file, out), 1);
     assert_int_equal(hash_counting(cache, file, out), 1);
@@ -126,9 +144,7 @@ static void fresh_file_is_not_trusted(void **state)
      * a write now would change the stamp, so only a near one is racy. */
     assert_true(filehash_settled(100 * s, 50 * s));
     assert_false(filehash_settled(100 * s, 100 * s - FILEHASH_SETTLE_NS + 1));
-    unlink(file);
-    unlink(cache);
-    rmdir(dir);
+    scratch_remove(&sc);
 }
 
 /* Set as the cancel callback while one file is read, it stores another's
@@ -148,12 +164,10 @@ static int store_another_meanwhile(void *ctx)
 
 static void entries_stored_meanwhile_stay(void **state)
 {
-    char dir[] = "/tmp/gpupool-fh-XXXXXX";
-    assert_non_null(mkdtemp(dir));
-    char a[256], b[256], cache[256], out[65], err[256];
-    snprintf(a, sizeof a, "%s/a.gguf", dir);
-    snprintf(b, sizeof b, "%s/b.gguf", dir);
-    snprintf(cache, sizeof cache, "%s/hashes.json", dir);
+    scratch sc;
+    scratch_make(&sc);
+    const char *a = sc.file, *b = sc.other, *cache = sc.cache;
+    char out[65], err[256];
     time_t old = time(NULL) - 100;
     write_settled(a, "abc", old);
     write_settled(b, "abd", old);
@@ -164,10 +178,7 @@ static void entries_stored_meanwhile_stay(void **state)
     assert_int_equal(hash_counting(cache, a, out), 0);
     assert_string_equal(out, ABC_SHA);
     assert_int_equal(hash_counting(cache, b, out), 0);
-    unlink(a);
-    unlink(b);
-    unlink(cache);
-    rmdir(dir);
+    scratch_remove(&sc);
 }
 
 static void validates_digests(void **state)
