@@ -340,6 +340,47 @@ static void start_waits_for_a_stopping_engine(void **state)
     assert_int_equal(starts_of(w, "llama-a"), 2);
 }
 
+/* The pid of the last engine the worker started for model, from its log ("... for M (pid N)"); 0 if none. */
+static int engine_pid(h_proc *w, const char *model)
+{
+    char text[160], line[4096];
+    snprintf(text, sizeof text, " for %s (pid ", model);
+    int pid = 0;
+    FILE *fp = fopen(w->log, "r");
+    if (!fp) return 0;
+    while (fgets(line, sizeof line, fp)) {
+        const char *at = strstr(line, text);
+        if (at) pid = atoi(at + strlen(text));
+    }
+    fclose(fp);
+    return pid;
+}
+
+/* What the pool shows of the node while an engine stops. */
+typedef struct stop_watch {
+    h_pool *p;
+    int pid;            /* the stopping engine */
+    json_int_t oldest_beat_ms;
+    char not_ready[32]; /* a state other than ready seen meanwhile; "" none */
+} stop_watch;
+
+/* Done once the engine's process is gone (the worker has reaped it);
+ * every look until then records the node's beat age and state. */
+static int stop_over(void *arg)
+{
+    stop_watch *sw = arg;
+    int gone = kill(sw->pid, 0) != 0;
+    h_resp r;
+    h_request(sw->p, "GET", "/v1/nodes", NULL, NULL, &r);
+    json_t *node = json_array_get(json_object_get(r.json, "data"), 0);
+    json_int_t age = json_integer_value(json_object_get(node, "heartbeat_age_ms"));
+    const char *st = json_string_value(json_object_get(node, "state"));
+    if ((!st || strcmp(st, "ready")) && !sw->not_ready[0]) snprintf(sw->not_ready, sizeof sw->not_ready, "%s", st ? st : "(none)");
+    if (age > sw->oldest_beat_ms) sw->oldest_beat_ms = age;
+    h_resp_free(&r);
+    return gone;
+}
+
 /* An engine slow to stop holds up no heartbeat: it exits on a thread of
  * its own, and the node stays ready meanwhile (at 200 ms beats, three
  * missed ones, 600 ms, would make it offline). */
@@ -351,20 +392,11 @@ static void slow_stop_keeps_the_node_beating(void **state)
                              NULL);
     chat_ok(&f->p, "llama-a", ",\"keep_alive\":0");
     assert_true(wait_log_count(w, "stopping the engine for llama-a: idle", 1, 3000));
-    /* Looks through most of the stop; there is no event to wait for, the
-     * point is what every look finds. */
-    json_int_t oldest = 0;
-    for (int64_t end = h_now_ms() + 1200; h_now_ms() < end; usleep(100 * 1000)) {
-        h_resp r;
-        h_request(&f->p, "GET", "/v1/nodes", NULL, NULL, &r);
-        json_t *node = json_array_get(json_object_get(r.json, "data"), 0);
-        json_int_t age = json_integer_value(json_object_get(node, "heartbeat_age_ms"));
-        const char *st = json_string_value(json_object_get(node, "state"));
-        if (!st || strcmp(st, "ready")) fail_msg("the node is %s during the stop", st ? st : "(none)");
-        if (age > oldest) oldest = age;
-        h_resp_free(&r);
-    }
-    if (oldest >= 600) fail_msg("a beat %lld ms old during the stop", (long long)oldest);
+    stop_watch sw = {.p = &f->p, .pid = engine_pid(w, "llama-a")};
+    assert_true(sw.pid > 0);
+    assert_true(h_wait_until(stop_over, &sw, 6000));
+    if (sw.not_ready[0]) fail_msg("the node is %s during the stop", sw.not_ready);
+    if (sw.oldest_beat_ms >= 600) fail_msg("a beat %lld ms old during the stop", (long long)sw.oldest_beat_ms);
     h_proc engine_log = {0};
     snprintf(engine_log.log, sizeof engine_log.log, "%.400s/logs/llama-a.log", f->data);
     assert_true(h_log_contains(&engine_log, "SIMULATED unload for 1500 ms"));
