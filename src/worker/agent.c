@@ -222,10 +222,10 @@ static json_t *report(worker *w)
         healthy += e->healthy || e->managed;
     }
     uint64_t evictable = worker_managed_report_locked(w, engines, loadable, mono_ms());
-    json_t *j = json_pack("{s:s, s:s, s:s, s:o, s:o, s:o, s:i, s:b, s:I}", "name", w->name, "address", w->address,
+    json_t *j = json_pack("{s:s, s:s, s:s, s:o, s:o, s:o, s:i, s:b, s:I, s:I}", "name", w->name, "address", w->address,
                           "fingerprint", w->fingerprint, "gpus", gpus, "engines", engines, "loadable", loadable,
                           "inflight", w->inflight, "ready", healthy > 0 && !w->gpu_lost, "evictable_bytes",
-                          (json_int_t)evictable);
+                          (json_int_t)evictable, "releasing_bytes", (json_int_t)worker_releasing_locked(w));
     /* A failed self-check is the stronger word: the node must not look as
      * if it merely drained. */
     if (w->gpu_lost) json_object_set_new(j, "not_ready_reason", json_string(w->gpu_lost_reason));

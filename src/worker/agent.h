@@ -72,7 +72,13 @@ typedef struct worker {
     int starting;               /* a managed start (with its evictions) is under way: one at a time */
     int64_t settle_until_ms;    /* an engine stopped: its VRAM may still be on its way back */
     int stops_running;          /* threads stopping idle engines (worker/loader), waited for at the end */
-    int beat_soon;              /* such a stop finished: beat now, so the pool sees the memory back */
+    int beat_soon;              /* an engine was taken out or has exited: beat now, so the pool knows */
+    /* Engines taken out of service whose process has not exited yet: the
+     * VRAM each held is on its way back, offered to the pool as if free
+     * (worker/loader).  Twice the engines: one may be stopping while its
+     * successor is taken out in turn. */
+    struct { int pid; uint64_t bytes; } releasing[2 * WORKER_MAX_ENGINES];
+    int nreleasing;
     double link_bytes, link_ms; /* large request bodies since the last heartbeat, and their arrival time */
     int stopping;
     pthread_t thread;
@@ -105,6 +111,9 @@ void worker_engine_used_locked(worker *w, int idx, int has_ka, int64_t ka_ms, in
  * fields merged into each engine's JSON, the loadable list, and the VRAM
  * idle engines would give back. */
 uint64_t worker_managed_report_locked(worker *w, json_t *engines, json_t *loadable, int64_t now);
+/* Caller holds mu.  The VRAM of engines taken out of service and still
+ * exiting: on its way back. */
+uint64_t worker_releasing_locked(const worker *w);
 /* A request body of `bytes` took `us` to arrive after its headers: the next
  * heartbeat reports it, so the coordinator learns the link's throughput. */
 void worker_note_upload(worker *w, size_t bytes, int64_t us);

@@ -63,6 +63,13 @@ static engine take_out(worker *w, int idx, const char *why)
     settle_after_stop_locked(w);
     engine *e = &w->engines[idx];
     engine copy = *e;
+    int room = w->nreleasing < (int)(sizeof w->releasing / sizeof w->releasing[0]);
+    if (e->child > 0 && e->managed->charged_bytes && room) {
+        w->releasing[w->nreleasing].pid = e->child;
+        w->releasing[w->nreleasing++].bytes = e->managed->charged_bytes;
+    }
+    w->beat_soon = 1;
+    pthread_cond_broadcast(&w->cv);
     e->child = 0;
     e->healthy = 0;
     e->nmodels = 0;
@@ -82,7 +89,16 @@ static void stop_engine(worker *w, engine *copy)
     /* Memory a driver has not given back yet is no foreign use. */
     pthread_mutex_lock(&w->mu);
     settle_after_stop_locked(w);
+    for (int i = 0; i < w->nreleasing; i++)
+        if (w->releasing[i].pid == pid) { w->releasing[i] = w->releasing[--w->nreleasing]; break; }
     pthread_mutex_unlock(&w->mu);
+}
+
+uint64_t worker_releasing_locked(const worker *w)
+{
+    uint64_t b = 0;
+    for (int i = 0; i < w->nreleasing; i++) b += w->releasing[i].bytes;
+    return b;
 }
 
 /* Free VRAM right now, within the owner's cap.  The GPU count (0: none to
@@ -128,10 +144,12 @@ static void no_room(worker *w, const res_engine *r, const int *map, int k, uint6
 }
 
 /* Makes room for engine idx: stops idle engines if it must, then waits
- * for the GPUs to show the memory free.  When even that cannot make room
- * but an engine was stopped a moment ago (its keep-alive ran out while
- * this request was on its way), it waits for that memory first, as long
- * as the settle window lasts.  0, or -1 with why. */
+ * for the GPUs to show the memory free.  Memory on its way back counts
+ * first: while an engine stopped a moment ago (its keep-alive ran out
+ * while this request was on its way) is still exiting, or the driver is
+ * still freeing what it held, it waits for that memory, as long as the
+ * settle window lasts, rather than stop another engine or give up.  0, or
+ * -1 with why. */
 static int make_room(worker *w, int idx, char *why, size_t whylen)
 {
     uint64_t free_bytes = 0;
@@ -149,9 +167,11 @@ static int make_room(worker *w, int idx, char *why, size_t whylen)
         pthread_mutex_lock(&w->mu);
         need = m->need_bytes;
         int k = snapshot(w, r, map);
-        nv = res_pick_victims(r, k, need, free_bytes, victims);
         int64_t now = mono_ms();
-        int coming_back = nv < 0 && now < w->settle_until_ms && now < deadline;
+        int settling = now < w->settle_until_ms && now < deadline;
+        uint64_t on_its_way = settling ? worker_releasing_locked(w) : 0;
+        nv = res_pick_victims(r, k, need, free_bytes + on_its_way, victims);
+        int coming_back = settling && (nv < 0 || (nv == 0 && free_bytes < need));
         if (nv < 0 && !coming_back) no_room(w, r, map, k, need, free_bytes, m->name, why, whylen);
         for (int v = 0; v < nv; v++) {
             int i = map[victims[v]];
@@ -410,7 +430,7 @@ uint64_t worker_managed_report_locked(worker *w, json_t *engines, json_t *loadab
     res_engine r[WORKER_MAX_ENGINES];
     int map[WORKER_MAX_ENGINES], victims[WORKER_MAX_ENGINES];
     int k = snapshot(w, r, map);
-    uint64_t node_free = 0;
+    uint64_t node_free = 0, releasing = worker_releasing_locked(w);
     for (int g = 0; g < w->ngpus; g++) node_free += w->gpus[g].free_bytes;
     for (int j = 0; j < k; j++) {
         const engine *e = &w->engines[map[j]];
@@ -422,10 +442,11 @@ uint64_t worker_managed_report_locked(worker *w, json_t *engines, json_t *loadab
         if (e->healthy || m->fetching) continue; /* a file still on its way is not offered */
         /* Offered with the free VRAM a start needs here: less what stopping
          * idle engines would give back, so a node that can make room is
-         * still chosen when no node has the room already. */
-        uint64_t need = m->need_bytes, net = need;
+         * still chosen when no node has the room already, and less what
+         * engines still exiting are giving back (make_room waits for it). */
+        uint64_t need = m->need_bytes, net = need > releasing ? need - releasing : 0;
         json_t *evicts = json_array();
-        int nv = w->ngpus > 0 ? res_pick_victims(r, k, need, node_free, victims) : 0;
+        int nv = w->ngpus > 0 ? res_pick_victims(r, k, need, node_free + releasing, victims) : 0;
         for (int v = 0; v < nv; v++) {
             uint64_t b = r[victims[v]].bytes;
             net = net > b ? net - b : 0;

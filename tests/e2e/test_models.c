@@ -403,6 +403,31 @@ static void slow_stop_keeps_the_node_beating(void **state)
     assert_true(wait_state(&f->p, "llama-a", "stopped", 3000));
 }
 
+/* A request for another model, placed while an engine is still exiting
+ * (the pool already shows it stopped, its memory still taken), is served
+ * once that memory is back, however long past the pool's own short wait
+ * for a late beat (2 s here) the exit takes: the node offers the memory on
+ * its way back, and the worker waits for it. */
+static void memory_on_its_way_back_is_waited_for(void **state)
+{
+    fixture *f = *state;
+    h_start_coordinator(&f->p, NULL);
+    h_proc *w = start_worker(f, "w", "RTX%204090:24:22", 2, ",keep-alive=60", "%20--load-ms%2050%20--unload-ms%202600",
+                             NULL);
+    chat_ok(&f->p, "llama-a", NULL);
+    assert_true(h_wait_until(one_model_in_use, &f->p, 5000));
+    chat_ok(&f->p, "llama-a", ",\"keep_alive\":0");
+    assert_true(wait_state(&f->p, "llama-a", "stopped", 3000));
+    assert_true(one_model_in_use(&f->p));
+    int pid = engine_pid(w, "llama-a");
+    assert_true(pid > 0 && kill(pid, 0) == 0); /* still exiting */
+    int64_t t0 = h_now_ms();
+    chat_ok(&f->p, "llama-b", NULL);
+    assert_true(h_now_ms() - t0 >= 1000);
+    assert_int_equal(kill(pid, 0), -1); /* served after the exit */
+    assert_int_equal(starts_of(w, "llama-b"), 1);
+}
+
 static void vram_that_stays_taken_fails_the_load(void **state)
 {
     fixture *f = *state;
@@ -683,6 +708,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(next_load_waits_for_the_vram, setup, teardown),
         cmocka_unit_test_setup_teardown(start_waits_for_a_stopping_engine, setup, teardown),
         cmocka_unit_test_setup_teardown(slow_stop_keeps_the_node_beating, setup, teardown),
+        cmocka_unit_test_setup_teardown(memory_on_its_way_back_is_waited_for, setup, teardown),
         cmocka_unit_test_setup_teardown(vram_that_stays_taken_fails_the_load, setup, teardown),
         cmocka_unit_test_setup_teardown(least_recently_used_goes_first, setup, teardown),
         cmocka_unit_test_setup_teardown(pinned_model_stays, setup, teardown),
