@@ -428,6 +428,29 @@ static void memory_on_its_way_back_is_waited_for(void **state)
     assert_int_equal(starts_of(w, "llama-b"), 1);
 }
 
+/* Memory on its way back goes before an idle engine: with A exiting and B
+ * idle, C waits for A's memory, and B keeps running. */
+static void an_exiting_engine_is_waited_for_before_evicting(void **state)
+{
+    fixture *f = *state;
+    h_start_coordinator(&f->p, NULL);
+    /* Room for two of the three. */
+    h_proc *w = start_worker(f, "w", "A100:40:38", 3, ",keep-alive=60", "%20--load-ms%2050%20--unload-ms%201500",
+                             NULL);
+    chat_ok(&f->p, "llama-a", NULL);
+    chat_ok(&f->p, "llama-b", NULL);
+    assert_true(h_wait_until(b_evictable, &f->p, 3000));
+    chat_ok(&f->p, "llama-a", ",\"keep_alive\":0");
+    assert_true(wait_state(&f->p, "llama-a", "stopped", 3000));
+    int pid = engine_pid(w, "llama-a");
+    assert_true(pid > 0 && kill(pid, 0) == 0); /* still exiting */
+    chat_ok(&f->p, "llama-c", NULL);
+    assert_int_equal(kill(pid, 0), -1);
+    assert_int_equal(log_count(w, "stopping the engine for llama-b"), 0);
+    assert_true(engine_state_is(&f->p, "llama-b", "running"));
+    assert_int_equal(starts_of(w, "llama-b"), 1);
+}
+
 static void vram_that_stays_taken_fails_the_load(void **state)
 {
     fixture *f = *state;
@@ -709,6 +732,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(start_waits_for_a_stopping_engine, setup, teardown),
         cmocka_unit_test_setup_teardown(slow_stop_keeps_the_node_beating, setup, teardown),
         cmocka_unit_test_setup_teardown(memory_on_its_way_back_is_waited_for, setup, teardown),
+        cmocka_unit_test_setup_teardown(an_exiting_engine_is_waited_for_before_evicting, setup, teardown),
         cmocka_unit_test_setup_teardown(vram_that_stays_taken_fails_the_load, setup, teardown),
         cmocka_unit_test_setup_teardown(least_recently_used_goes_first, setup, teardown),
         cmocka_unit_test_setup_teardown(pinned_model_stays, setup, teardown),
