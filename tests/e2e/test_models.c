@@ -403,6 +403,18 @@ static void slow_stop_keeps_the_node_beating(void **state)
     assert_true(wait_state(&f->p, "llama-a", "stopped", 3000));
 }
 
+/* Has llama-a's engine stop right after this answer (keep_alive 0), and
+ * returns its pid once the pool shows it stopped while its process, slow
+ * to stop (--unload-ms), still exits. */
+static int a_exiting(fixture *f, h_proc *w)
+{
+    chat_ok(&f->p, "llama-a", ",\"keep_alive\":0");
+    assert_true(wait_state(&f->p, "llama-a", "stopped", 3000));
+    int pid = engine_pid(w, "llama-a");
+    assert_true(pid > 0 && kill(pid, 0) == 0);
+    return pid;
+}
+
 /* A request for another model, placed while an engine is still exiting
  * (the pool already shows it stopped, its memory still taken), is served
  * once that memory is back, however long past the pool's own short wait
@@ -416,11 +428,8 @@ static void memory_on_its_way_back_is_waited_for(void **state)
                              NULL);
     chat_ok(&f->p, "llama-a", NULL);
     assert_true(h_wait_until(one_model_in_use, &f->p, 5000));
-    chat_ok(&f->p, "llama-a", ",\"keep_alive\":0");
-    assert_true(wait_state(&f->p, "llama-a", "stopped", 3000));
-    assert_true(one_model_in_use(&f->p));
-    int pid = engine_pid(w, "llama-a");
-    assert_true(pid > 0 && kill(pid, 0) == 0); /* still exiting */
+    int pid = a_exiting(f, w);
+    assert_true(one_model_in_use(&f->p)); /* the pool sees its memory taken */
     int64_t t0 = h_now_ms();
     chat_ok(&f->p, "llama-b", NULL);
     assert_true(h_now_ms() - t0 >= 1000);
@@ -440,10 +449,7 @@ static void an_exiting_engine_is_waited_for_before_evicting(void **state)
     chat_ok(&f->p, "llama-a", NULL);
     chat_ok(&f->p, "llama-b", NULL);
     assert_true(h_wait_until(b_evictable, &f->p, 3000));
-    chat_ok(&f->p, "llama-a", ",\"keep_alive\":0");
-    assert_true(wait_state(&f->p, "llama-a", "stopped", 3000));
-    int pid = engine_pid(w, "llama-a");
-    assert_true(pid > 0 && kill(pid, 0) == 0); /* still exiting */
+    int pid = a_exiting(f, w);
     chat_ok(&f->p, "llama-c", NULL);
     assert_int_equal(kill(pid, 0), -1);
     assert_int_equal(log_count(w, "stopping the engine for llama-b"), 0);
