@@ -430,9 +430,7 @@ static void memory_on_its_way_back_is_waited_for(void **state)
     assert_true(h_wait_until(one_model_in_use, &f->p, 5000));
     int pid = a_exiting(f, w);
     assert_true(one_model_in_use(&f->p)); /* the pool sees its memory taken */
-    int64_t t0 = h_now_ms();
     chat_ok(&f->p, "llama-b", NULL);
-    assert_true(h_now_ms() - t0 >= 1000);
     assert_int_equal(kill(pid, 0), -1); /* served after the exit */
     assert_int_equal(starts_of(w, "llama-b"), 1);
 }
