@@ -39,6 +39,8 @@ struct timespec mono_at(int64_t abs_ms)
 
 struct timespec mono_deadline(int64_t ms) { return mono_at(mono_ms() + ms); }
 
+int64_t timespec_ns(struct timespec t) { return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec; }
+
 int cond_init_monotonic(pthread_cond_t *c)
 {
     pthread_condattr_t a;

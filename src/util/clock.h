@@ -15,6 +15,8 @@ void sleep_ms(int64_t ms);
  * on a condition variable created with cond_init_monotonic(). */
 struct timespec mono_deadline(int64_t ms);
 struct timespec mono_at(int64_t abs_ms);
+/* A timespec (either clock, or a file's st_mtim) in nanoseconds. */
+int64_t timespec_ns(struct timespec t);
 
 #include <pthread.h>
 int cond_init_monotonic(pthread_cond_t *c);

@@ -13,13 +13,9 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "util/clock.h"
 #include "util/err.h"
 #include "util/ids.h"
-
-static int64_t ns_of(struct timespec t)
-{
-    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
-}
 
 int filehash_settled(int64_t mtime_ns, int64_t stat_ns)
 {
@@ -43,9 +39,9 @@ int filehash_valid(const char *s)
  * times are in nanoseconds, as the filesystem keeps them. */
 static json_t *stamp_of(const struct stat *st)
 {
-    return json_pack("{s:I,s:I,s:I,s:I,s:I}", "bytes", (json_int_t)st->st_size, "mtime_ns", (json_int_t)ns_of(st->st_mtim),
-                     "ctime_ns", (json_int_t)ns_of(st->st_ctim), "ino", (json_int_t)st->st_ino, "dev",
-                     (json_int_t)st->st_dev);
+    return json_pack("{s:I,s:I,s:I,s:I,s:I}", "bytes", (json_int_t)st->st_size, "mtime_ns",
+                     (json_int_t)timespec_ns(st->st_mtim), "ctime_ns", (json_int_t)timespec_ns(st->st_ctim), "ino",
+                     (json_int_t)st->st_ino, "dev", (json_int_t)st->st_dev);
 }
 
 static int entry_current(json_t *e, const struct stat *st)
@@ -57,7 +53,7 @@ static int entry_current(json_t *e, const struct stat *st)
     int same = 1;
     json_object_foreach(now, k, v) same &= json_integer_value(json_object_get(e, k)) == json_integer_value(v);
     json_decref(now);
-    return same && filehash_settled(ns_of(st->st_mtim), json_integer_value(json_object_get(e, "stat_ns")));
+    return same && filehash_settled(timespec_ns(st->st_mtim), json_integer_value(json_object_get(e, "stat_ns")));
 }
 
 /* Keeps the newest FILEHASH_MAX entries: the object's insertion order is
@@ -161,7 +157,7 @@ int filehash_get_cancellable(const char *cache_path, const char *file, char out[
         json_object_del(files, abs);
         json_t *entry = stamp_of(&st);
         json_object_set_new(entry, "sha256", json_string(out));
-        json_object_set_new(entry, "stat_ns", json_integer((json_int_t)ns_of(stat_time)));
+        json_object_set_new(entry, "stat_ns", json_integer((json_int_t)timespec_ns(stat_time)));
         json_object_set_new(files, abs, entry);
         trim(files);
         /* The hash is right even when the cache cannot be written: it is

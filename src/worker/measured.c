@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "util/clock.h"
 #include "util/err.h"
 #include "util/opts.h"
 
@@ -23,7 +24,7 @@ int measured_key_for(const char *file, int ctx, int parallel, const char *ctk, c
     if (n >= sizeof k->file) return err_out(err, errlen, "%s: the path is too long", file);
     memcpy(k->file, abs, n + 1);
     k->file_bytes = (uint64_t)st.st_size;
-    k->file_mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+    k->file_mtime_ns = timespec_ns(st.st_mtim);
     k->ctx = ctx;
     k->parallel = parallel;
     snprintf(k->cache_type_k, sizeof k->cache_type_k, "%s", ctk ? ctk : "f16");
